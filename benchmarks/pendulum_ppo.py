@@ -1,0 +1,100 @@
+"""PPO on the built-in batched Pendulum until the mean episode return reaches -250.
+
+    python benchmarks/pendulum_ppo.py [--seeds 0 1 2] [--max-env-steps 2000000] [--threads 2]
+
+For each seed, prints the env steps and training wall-clock (imports and build excluded)
+at which the mean return of the episodes that ended in one iteration first reaches the
+threshold, then the medians over the seeds. Results are appended as JSON lines to
+``benchmarks/results/pendulum_ppo.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import platform
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+from rlx import AlgorithmConfig
+from rlx.envs import Pendulum
+
+THRESHOLD = -250.0
+
+
+def pendulum_config(seed: int, device: str = "cpu") -> AlgorithmConfig:
+    """The PPO config this benchmark measures."""
+    return AlgorithmConfig(
+        num_envs=64,
+        horizon=64,
+        num_sgd_iters=10,
+        sgd_minibatch_size=1024,
+        optimizer_config={"lr": 1e-3},
+        model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
+        gamma=0.9,
+        gae_lambda=0.95,
+        clip_param=0.2,
+        vf_clip_param=None,
+        max_grad_norm=0.5,
+        normalize_rewards=True,
+        device=device,
+        seed=seed,
+    )
+
+
+def run(seed: int, max_env_steps: int, device: str) -> dict:
+    algo = pendulum_config(seed, device).build(Pendulum)
+    start = time.perf_counter()
+    best = -math.inf
+    while algo.env_steps < max_env_steps:
+        value = algo.collect()["episodes/return_mean"]
+        algo.step()
+        if not math.isnan(value):
+            best = max(best, value)
+            if value >= THRESHOLD:
+                break
+    elapsed = time.perf_counter() - start
+    solved = best >= THRESHOLD
+    return {"seed": seed, "solved": solved, "env_steps": algo.env_steps, "train_s": elapsed, "best_return": best}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--max-env-steps", type=int, default=2_000_000)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu")
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    results = []
+    for seed in args.seeds:
+        r = run(seed, args.max_env_steps, args.device)
+        results.append(r)
+        print(
+            f"seed {seed}: {'solved' if r['solved'] else 'NOT solved'} at {r['env_steps']} env steps, "
+            f"{r['train_s']:.1f} s, best return {r['best_return']:.1f}"
+        )
+    solved = [r for r in results if r["solved"]]
+    if solved:
+        print(
+            f"median over {len(solved)}/{len(results)} solved seeds: "
+            f"{statistics.median(r['env_steps'] for r in solved):.0f} env steps, "
+            f"{statistics.median(r['train_s'] for r in solved):.1f} s"
+        )
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    out = Path(__file__).parent / "results" / "pendulum_ppo.jsonl"
+    out.parent.mkdir(exist_ok=True)
+    with out.open("a") as f:
+        for r in results:
+            meta = {"torch": torch.__version__, "threads": args.threads, "device": args.device,
+                    "machine": platform.processor() or platform.machine(), "commit": commit}
+            f.write(json.dumps({**r, **meta}) + "\n")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,54 @@
+"""rlx: PPO and natural policy gradient for thousands of batched torch environments.
+
+Build an algorithm from a config and an env class, then alternate ``collect()`` and
+``step()``::
+
+    from rlx import AlgorithmConfig
+    from rlx.envs import CartPole
+
+    algo = AlgorithmConfig(num_envs=64, horizon=64, gamma=0.99).build(CartPole)
+    for _ in range(100):
+        collect_stats = algo.collect()
+        step_stats = algo.step()
+
+Public names are imported on first use, so ``import rlx.env`` stays light.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "Algorithm": "rlx.algorithms.base",
+    "PPO": "rlx.algorithms.ppo",
+    "AlgorithmConfig": "rlx.config",
+    "CommonConfig": "rlx.config",
+    "ConfigError": "rlx.config",
+    "Env": "rlx.env",
+    "EnvOutputError": "rlx.env",
+    "generalized_advantage_estimate": "rlx.gae",
+}
+__all__ = sorted(_EXPORTS)
+
+if TYPE_CHECKING:
+    from rlx.algorithms.base import Algorithm
+    from rlx.algorithms.ppo import PPO
+    from rlx.config import AlgorithmConfig, CommonConfig, ConfigError
+    from rlx.env import Env, EnvOutputError
+    from rlx.gae import generalized_advantage_estimate
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'rlx' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(list(globals()) + __all__)

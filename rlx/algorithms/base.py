@@ -1,0 +1,498 @@
+"""What every rlx algorithm shares: env, policy, buffer, collect, GAE and state.
+
+The subclass (PPO, NPG) supplies :meth:`Algorithm.step`. Everything here follows the
+hot-loop rules of design.md §8: ``collect()``'s T loop writes into preallocated buffer
+views and never syncs with the host; its statistics are reduced on the device and leave
+it in ONE transfer at the end of the call.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor
+
+from rlx._sync import allowed_sync
+from rlx.buffer import ACTIONS, ADVANTAGES, FINAL_VALUES, LOGP, RETURNS, VALUES, make_buffer
+from rlx.env import (
+    FINAL_OBS,
+    OBS,
+    REWARDS,
+    TERMINATED,
+    TRUNCATED,
+    EnvOutputError,
+    check_env_limits,
+    check_obs,
+    check_step_output,
+)
+from rlx.gae import generalized_advantage_estimate_
+from rlx.normalization import RewardScaler
+from rlx.policy import Policy
+from rlx.schedulers import Schedule
+
+if TYPE_CHECKING:
+    from rlx.config import CommonConfig
+    from rlx.env import EnvFactory
+
+__all__ = ["Algorithm"]
+
+Obs = Tensor | TensorDictBase
+
+
+def _float_leaves(x: Obs) -> list[tuple[str, Tensor]]:
+    if isinstance(x, Tensor):
+        return [(OBS, x)] if x.is_floating_point() else []
+    return [
+        (f"{OBS}.{'.'.join(k) if isinstance(k, tuple) else k}", v)
+        for k, v in x.items(include_nested=True, leaves_only=True)
+        if v.is_floating_point()
+    ]
+
+
+def _flatten_time(x: Obs) -> Obs:
+    """``[B, T, ...]`` -> ``[B * T, ...]`` for a tensor or a TensorDict (copies if strided)."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+def _to_plain(x: Obs) -> Tensor | dict[str, Any]:
+    """A tensor, or a TensorDict as nested dicts of tensors (safe for weights_only loads)."""
+    return x.clone() if isinstance(x, Tensor) else x.to_dict()
+
+
+def _load_into(dst: Obs, src: Tensor | dict[str, Any]) -> None:
+    if isinstance(dst, Tensor):
+        dst.copy_(src)
+    else:
+        dst.copy_(TensorDict(src, batch_size=dst.batch_size, device=dst.device))
+
+
+class Algorithm(ABC):
+    """Base of rlx's on-policy algorithms (see the subclasses for the update).
+
+    Args:
+        env_cls: The env class (or factory) built as ``env_cls(num_envs, horizon,
+            device=device)``.
+        config: The algorithm's config.
+
+    Attributes:
+        env: The env instance.
+        policy: The :class:`~rlx.policy.Policy`.
+        buffer: The ``[B, T+1]`` rollout buffer (see :mod:`rlx.buffer`).
+        optimizer: Optimizer over the policy's parameters.
+        env_steps: Env transitions collected so far (``B * T`` per collect).
+    """
+
+    def __init__(self, env_cls: EnvFactory, config: CommonConfig) -> None:
+        from rlx.config import resolve_device
+
+        self.config = config
+        self.device = resolve_device(config.device)
+        if config.seed is not None:
+            torch.manual_seed(config.seed)
+        self.num_envs, self.horizon = config.num_envs, config.horizon
+        check_env_limits(env_cls, self.num_envs, self.horizon)
+        self.env = env_cls(self.num_envs, self.horizon, device=self.device)
+        self.policy = Policy(
+            self.env.observation_spec,
+            self.env.action_spec,
+            model=config.model,
+            model_cls=config.model_cls,
+            model_config=config.model_config,
+            distribution_cls=config.distribution_cls,
+            normalize_obs=config.normalize_obs,
+            device=self.device,
+        )
+        self.optimizer = config.optimizer_cls(self.policy.model.parameters(), **self._optimizer_kwargs())
+        self.lr_schedule = Schedule(
+            config.lr_schedule, config.lr_schedule_kind, initial=config.optimizer_kwargs["lr"], name="lr_schedule"
+        )
+        self._set_lr(self.lr_schedule.value(0))
+        self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device)
+        self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        self.grad_scaler = torch.amp.GradScaler(
+            self.device.type, enabled=config.enable_amp and self.amp_dtype == torch.float16
+        )
+        self.env_steps = 0
+        self.num_collects = 0
+        self.num_steps = 0
+        self.buffer: TensorDict | None = None
+        self._buffered = False
+        self._force_reset = True  # the first collect (and one after a lossy resume) resets
+        # Per-env partial-episode return and length carried across collects (float64:
+        # long infinite-horizon episodes must not lose precision).
+        self._episode_return = torch.zeros(self.num_envs, dtype=torch.float64, device=self.device)
+        self._episode_length = torch.zeros(self.num_envs, dtype=torch.float64, device=self.device)
+
+    # -- construction helpers ----------------------------------------------------------
+
+    def _optimizer_kwargs(self) -> dict[str, Any]:
+        kwargs = dict(self.config.optimizer_kwargs)
+        # Fused Adam on CUDA takes the GradScaler's found-inf flag on the device, so an
+        # AMP step never syncs; it is also the fastest Adam there.
+        if (
+            self.device.type == "cuda"
+            and self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
+            and not {"fused", "foreach", "capturable"} & kwargs.keys()
+        ):
+            kwargs["fused"] = True
+        return kwargs
+
+    def _set_lr(self, lr: float) -> None:
+        for group in self.optimizer.param_groups:
+            if isinstance(group["lr"], Tensor):
+                group["lr"].fill_(lr)
+            else:
+                group["lr"] = lr
+
+    @property
+    def lr(self) -> float:
+        """The current learning rate."""
+        lr = self.optimizer.param_groups[0]["lr"]
+        return float(lr) if not isinstance(lr, Tensor) else lr.item()  # SYNC: only a tensor LR
+
+    def validate(self) -> None:
+        """Check the env and the policy against the specs, then allocate the buffer.
+
+        Resets the env, acts once, steps once and checks every output's keys, shapes and
+        dtypes. Called by ``build()``; ``collect()`` calls it if it has not run.
+
+        Raises:
+            EnvOutputError: naming the offending key, its shape and the expected one.
+        """
+        env_name = type(self.env).__name__
+        B = self.num_envs
+        obs_spec, action_spec = self.env.observation_spec, self.env.action_spec
+        obs = self.env.reset()
+        check_obs(obs, obs_spec, B, where=f"{env_name}.reset()")
+        with torch.no_grad():
+            params, values = self.policy.model(self.policy.normalize(obs))
+        expected = (B, sum(self.policy.num_params))
+        if tuple(params.shape) != expected:
+            raise EnvOutputError(
+                f"model output 'dist_params' has shape {list(params.shape)}, expected {list(expected)} "
+                f"for {self.policy.distribution_cls.__name__} over {type(action_spec).__name__}"
+                f"{list(action_spec.shape)}"
+            )
+        if tuple(values.shape) != (B, 1):
+            raise EnvOutputError(f"model output 'values' has shape {list(values.shape)}, expected {[B, 1]}")
+        act = self.policy.act(obs)
+        expected_actions = (B, *action_spec.shape)
+        if tuple(act.actions.shape) != expected_actions or act.actions.dtype != action_spec.dtype:
+            raise EnvOutputError(
+                f"policy 'actions' have shape {list(act.actions.shape)} and dtype {act.actions.dtype}, "
+                f"expected {list(expected_actions)} and {action_spec.dtype}"
+            )
+        if tuple(act.logp.shape) != (B, 1):
+            raise EnvOutputError(f"policy 'logp' has shape {list(act.logp.shape)}, expected {[B, 1]}")
+        if not action_spec.is_in(act.env_actions):
+            raise EnvOutputError(f"policy env actions fall outside {env_name}.action_spec")
+        out = self.env.step(act.env_actions)
+        check_step_output(out, obs_spec, B, where=f"{env_name}.step()")
+        self._env_terminates = TERMINATED in out.keys()
+        self._env_truncates = TRUNCATED in out.keys()
+        if self.buffer is None:
+            self._allocate(obs_spec, action_spec)
+
+    def _allocate(self, obs_spec: Any, action_spec: Any) -> None:
+        B, T = self.num_envs, self.horizon
+        self.buffer = buf = make_buffer(
+            obs_spec, action_spec, B, T, device=self.device, with_final_obs=self._env_truncates
+        )
+
+        def cols(key: str) -> list[Any]:
+            entry = buf.get(key)
+            return [entry[:, t] for t in range(T + 1)]
+
+        # Views of every column, made once: the T loop only copies into them.
+        self._obs_cols = cols(OBS)
+        self._action_cols, self._logp_cols, self._value_cols = cols(ACTIONS), cols(LOGP), cols(VALUES)
+        self._reward_cols = cols(REWARDS)
+        self._terminated_cols, self._truncated_cols = cols(TERMINATED), cols(TRUNCATED)
+        self._final_obs_cols = cols(FINAL_OBS) if self._env_truncates else None
+        self._scaled_rewards = torch.zeros(B, T, 1, device=self.device)
+        self._time_index = torch.arange(T, device=self.device)
+
+    # -- collect -----------------------------------------------------------------------
+
+    @torch.no_grad()
+    def collect(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = False) -> dict[str, float]:
+        """Step the env ``T`` times with the policy and fill the buffer.
+
+        The env is reset on the first call and then every ``horizons_per_env_reset``
+        calls (never, when negative); otherwise collection continues from the last
+        observation of the previous call, with partial episodes carried over.
+
+        Args:
+            env_config: Passed to ``env.reset(config=...)`` when the env is reset.
+            deterministic: Act with the distribution's mode (evaluation).
+
+        Returns:
+            ``returns/*`` (sum of rewards over the horizon per env), ``rewards/*``,
+            ``episodes/{count,return_mean,length_mean}`` over episodes that ended in
+            this call (NaN when none did), ``env/resets``, ``env/steps`` and
+            ``profiling/collect_ms``.
+
+        Raises:
+            ValueError: NaN or inf in the rewards or observations, naming the key and the
+                first (env, step) where it appeared.
+        """
+        start = time.perf_counter()
+        if self.buffer is None:
+            self.validate()
+        B, T = self.num_envs, self.horizon
+        hper = self.config.horizons_per_env_reset
+        reset_all = self._force_reset or (hper > 0 and self.num_collects % hper == 0)
+        self._force_reset = False
+        obs_cols = self._obs_cols
+        if reset_all:
+            obs_cols[0].copy_(self.env.reset(config=env_config))
+            self._episode_return.zero_()
+            self._episode_length.zero_()
+            self.reward_scaler.returns.zero_()
+            if self.num_collects == 0:
+                # Start the running obs statistics from the first observations, so the
+                # first update does not see raw observations as if normalized.
+                self.policy.update_obs_stats(obs_cols[0])
+        else:
+            obs_cols[0].copy_(obs_cols[T])
+
+        terminates, truncates = self._env_terminates, self._env_truncates
+        for t in range(T):
+            act = self.policy.act(obs_cols[t], deterministic=deterministic)
+            out = self.env.step(act.env_actions)
+            self._action_cols[t].copy_(act.actions)
+            self._logp_cols[t].copy_(act.logp)
+            self._value_cols[t].copy_(act.values)
+            self._reward_cols[t].copy_(out.get(REWARDS))
+            if terminates:
+                self._terminated_cols[t].copy_(out.get(TERMINATED))
+            if truncates:
+                self._truncated_cols[t].copy_(out.get(TRUNCATED))
+                self._final_obs_cols[t].copy_(out.get(FINAL_OBS))
+            elif TRUNCATED in out.keys():
+                raise EnvOutputError(
+                    f"{type(self.env).__name__}.step() returned 'truncated' at step {t} but not "
+                    "when validated; an env must return the same keys on every step"
+                )
+            obs_cols[t + 1].copy_(out.get(OBS))
+        self._value_cols[T].copy_(self.policy.value(obs_cols[T]))
+        buf = self.buffer
+        if truncates:
+            # V(final_obs) for the whole rollout in one batched pass; kept only where the
+            # episode was truncated (the bootstrap of design.md §5).
+            final_obs = _flatten_time(buf.get(FINAL_OBS)[:, :T])  # [N, *obs]
+            final_values = self.policy.value(final_obs).view(B, T, 1)
+            buf.get(FINAL_VALUES)[:, :T] = final_values.masked_fill(~buf.get(TRUNCATED)[:, :T], 0.0)
+
+        rewards = buf.get(REWARDS)[:, :T]  # [B, T, 1]
+        dones = buf.get(TERMINATED)[:, :T] | buf.get(TRUNCATED)[:, :T]  # [B, T, 1]
+        if self.config.normalize_rewards:
+            self.reward_scaler.update(rewards, dones)
+        stats = self._collect_stats_tensor(rewards, dones, reset_all)
+        with allowed_sync():
+            values = stats.tolist()  # SYNC: the one transfer of collect()
+        if values[-2] < 1.0 or values[-1] < 1.0:
+            self._raise_nonfinite()
+
+        self.num_collects += 1
+        self.env_steps += B * T
+        self._buffered = True
+        count = values[8]
+        return {
+            "returns/min": values[0],
+            "returns/max": values[1],
+            "returns/mean": values[2],
+            "returns/std": values[3],
+            "rewards/min": values[4],
+            "rewards/max": values[5],
+            "rewards/mean": values[6],
+            "rewards/std": values[7],
+            "episodes/count": count,
+            "episodes/return_mean": values[9] / count if count else math.nan,
+            "episodes/length_mean": values[10] / count if count else math.nan,
+            "env/resets": count + (B if reset_all else 0),
+            "env/steps": float(B * T),
+            "profiling/collect_ms": 1e3 * (time.perf_counter() - start),
+        }
+
+    def _collect_stats_tensor(self, rewards: Tensor, dones: Tensor, reset_all: bool) -> Tensor:
+        """Reduce the collect statistics on the device into one float64 vector.
+
+        Episode returns and lengths are found without a loop: with ``S`` the running
+        sum of rewards (including the return carried in from earlier collects), an
+        episode ending at ``t`` whose previous end in this rollout was at ``p`` has
+        return ``S_t - S_p`` (``S_t`` when there was none).
+        """
+        B, T = self.num_envs, self.horizon
+        r = rewards.squeeze(-1).double()  # [B, T]
+        d = dones.squeeze(-1)  # [B, T]
+        t_idx = self._time_index
+        running = self._episode_return.unsqueeze(1) + torch.cumsum(r, dim=1)  # [B, T]
+        last_end = torch.cummax(torch.where(d, t_idx, -1), dim=1).values  # last end <= t
+        prev_end = torch.cat([last_end.new_full((B, 1), -1), last_end[:, :-1]], dim=1)  # < t
+        has_prev = prev_end >= 0
+        prev_running = torch.where(has_prev, running.gather(1, prev_end.clamp(min=0)), 0.0)
+        episode_return = running - prev_running  # [B, T], meaningful where d
+        episode_length = torch.where(has_prev, t_idx - prev_end, t_idx + 1 + self._episode_length.unsqueeze(1))
+        d_float = d.double()
+        # Carry the unfinished episodes into the next collect.
+        final_end = last_end[:, -1]
+        ended = final_end >= 0
+        end_running = running.gather(1, final_end.clamp(min=0).unsqueeze(1)).squeeze(1)
+        self._episode_return.copy_(torch.where(ended, running[:, -1] - end_running, running[:, -1]))
+        self._episode_length.copy_(torch.where(ended, (T - 1 - final_end).double(), self._episode_length + T))
+
+        horizon_returns = r.sum(dim=1)  # [B]
+        rewards_std, rewards_mean = torch.std_mean(r, correction=0)
+        returns_std, returns_mean = torch.std_mean(horizon_returns, correction=0)
+        rewards_finite = torch.isfinite(rewards).all()
+        obs_finite = torch.ones((), dtype=torch.bool, device=self.device)
+        for _, leaf in _float_leaves(self.buffer.get(OBS)):
+            obs_finite = obs_finite & torch.isfinite(leaf).all()
+        return torch.stack(
+            [
+                horizon_returns.min(),
+                horizon_returns.max(),
+                returns_mean,
+                returns_std,
+                r.min(),
+                r.max(),
+                rewards_mean,
+                rewards_std,
+                d_float.sum(),
+                (episode_return * d_float).sum(),
+                (episode_length * d_float).sum(),
+                rewards_finite.double(),
+                obs_finite.double(),
+            ]
+        )
+
+    def _raise_nonfinite(self) -> None:
+        """Name the first non-finite reward or observation (an error path: syncs freely)."""
+        T = self.horizon
+        checks = [(REWARDS, self.buffer.get(REWARDS)[:, :T])]
+        checks += [(name, leaf) for name, leaf in _float_leaves(self.buffer.get(OBS))]
+        for name, x in checks:
+            bad = ~torch.isfinite(x)
+            if bad.any():
+                env_idx, step_idx = (int(i) for i in bad.nonzero()[0][:2])
+                value = x[env_idx, step_idx].flatten()[bad[env_idx, step_idx].flatten()][0].item()
+                where = "reset observation" if name != REWARDS and step_idx == 0 else f"step {step_idx - (name != REWARDS)}"
+                raise ValueError(
+                    f"non-finite value {value} in '{name}' from {type(self.env).__name__} "
+                    f"at env {env_idx}, {where} of this collect"
+                )
+        raise ValueError("non-finite value in the rollout")  # pragma: no cover
+
+    # -- shared parts of step ------------------------------------------------------------
+
+    def _check_buffered(self) -> None:
+        if not self._buffered:
+            raise RuntimeError(
+                f"{type(self).__name__}.step() called with no fresh rollout: call collect() before step()"
+            )
+
+    def _compute_advantages(self) -> None:
+        """GAE over the buffer, in place into ``advantages`` and ``returns`` (float32)."""
+        T = self.horizon
+        buf = self.buffer
+        rewards = buf.get(REWARDS)[:, :T]
+        if self.config.normalize_rewards:
+            rewards = self.reward_scaler.scale_rewards(rewards, out=self._scaled_rewards)
+        generalized_advantage_estimate_(
+            rewards,
+            buf.get(VALUES),
+            buf.get(TERMINATED)[:, :T],
+            buf.get(TRUNCATED)[:, :T],
+            buf.get(FINAL_VALUES)[:, :T],
+            gamma=self.config.gamma,
+            gae_lambda=self.config.gae_lambda,
+            advantages=buf.get(ADVANTAGES)[:, :T],
+            returns=buf.get(RETURNS)[:, :T],
+        )
+
+    def _flat_batch(self) -> dict[str, Obs]:
+        """The ``N = B * T`` samples of the rollout as flat ``[N, ...]`` entries."""
+        T = self.horizon
+        return {key: _flatten_time(self.buffer.get(key)[:, :T]) for key in (OBS, ACTIONS, LOGP, VALUES, ADVANTAGES, RETURNS)}
+
+    def _finish_step(self) -> None:
+        """Bookkeeping after an update: obs statistics, schedules, flags."""
+        T = self.horizon
+        self.policy.update_obs_stats(_flatten_time(self.buffer.get(OBS)[:, 1 : T + 1]))
+        self._set_lr(self._scheduled_lr())
+        self._buffered = False
+        self.num_steps += 1
+
+    def _scheduled_lr(self) -> float:
+        if self.config.lr_schedule is None:
+            return self.lr
+        return self.lr_schedule.value(self.env_steps)
+
+    @abstractmethod
+    def step(self) -> dict[str, float]:
+        """Update the policy from the rollout in the buffer."""
+
+    # -- state ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Everything needed to continue training exactly: policy (with normalizers),
+        optimizer, reward scaler, AMP scaler, counters, partial episodes, the last
+        observation, the env's state (when it has ``state_dict``) and the RNG states.
+
+        Only tensors, numbers, strings and containers: loadable with ``weights_only=True``.
+        """
+        state: dict[str, Any] = {
+            "policy": self.policy.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "reward_scaler": self.reward_scaler.state_dict(),
+            "grad_scaler": self.grad_scaler.state_dict(),
+            "counters": {
+                "env_steps": self.env_steps,
+                "num_collects": self.num_collects,
+                "num_steps": self.num_steps,
+            },
+            "episode_return": self._episode_return.clone(),
+            "episode_length": self._episode_length.clone(),
+            "last_obs": _to_plain(self._obs_cols[self.horizon]) if self.buffer is not None else None,
+            "rng": {"cpu": torch.get_rng_state()},
+        }
+        if self.device.type == "cuda":
+            state["rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
+        if callable(getattr(self.env, "state_dict", None)):
+            state["env"] = self.env.state_dict()
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output into this (freshly built) algorithm."""
+        self.policy.load_state_dict(state["policy"])
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.reward_scaler.load_state_dict(state["reward_scaler"])
+        self.grad_scaler.load_state_dict(state["grad_scaler"])
+        counters = state["counters"]
+        self.env_steps = counters["env_steps"]
+        self.num_collects = counters["num_collects"]
+        self.num_steps = counters["num_steps"]
+        self._episode_return.copy_(state["episode_return"])
+        self._episode_length.copy_(state["episode_length"])
+        if self.buffer is None:
+            self.validate()
+        if state.get("last_obs") is not None:
+            _load_into(self._obs_cols[self.horizon], state["last_obs"])
+        if "env" in state and callable(getattr(self.env, "load_state_dict", None)):
+            self.env.load_state_dict(state["env"])
+            self._force_reset = self.num_collects == 0
+        else:
+            # The env cannot restore its simulator state: start the next collect from
+            # fresh resets rather than from observations the env no longer matches.
+            self._force_reset = True
+        # The rollout itself is not saved: a step() must follow a new collect().
+        self._buffered = False
+        torch.set_rng_state(state["rng"]["cpu"])
+        if "cuda" in state["rng"] and self.device.type == "cuda":
+            torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)

@@ -1,0 +1,236 @@
+"""Proximal policy optimization (Schulman et al., 2017, https://arxiv.org/abs/1707.06347).
+
+One :meth:`PPO.step` runs ``num_sgd_iters`` epochs over the rollout. Each epoch draws one
+on-device permutation, gathers every entry into contiguous memory once, and walks
+static-size minibatch views of it. Losses and monitors stay on the device; the only host
+syncs are one per epoch when KL early stopping or the KL-adaptive LR is on, and one for
+the returned statistics.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from typing import TYPE_CHECKING, NamedTuple
+
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor, nn
+
+from rlx._sync import allowed_sync
+from rlx.algorithms.base import Algorithm
+from rlx.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS, VALUES
+from rlx.env import OBS
+from rlx.schedulers import Schedule
+
+if TYPE_CHECKING:
+    from rlx.config import AlgorithmConfig
+    from rlx.env import EnvFactory
+
+__all__ = ["PPO", "PPOLosses", "ppo_losses"]
+
+
+class PPOLosses(NamedTuple):
+    """PPO loss terms for one minibatch (0-d tensors; only ``total`` carries grad)."""
+
+    total: Tensor
+    policy: Tensor
+    vf: Tensor
+    entropy: Tensor  #: minus the mean entropy: the term ``entropy_coeff`` multiplies
+    kl: Tensor  #: approximate KL(old || new), ``E[(r - 1) - log r]``
+    clip_fraction: Tensor  #: share of samples whose ratio lies outside [1 - ε, 1 + ε]
+
+
+def ppo_losses(
+    logp: Tensor,
+    entropy: Tensor,
+    values: Tensor,
+    old_logp: Tensor,
+    old_values: Tensor,
+    advantages: Tensor,
+    returns: Tensor,
+    *,
+    clip_param: float,
+    dual_clip_param: float | None,
+    vf_clip_param: float | None,
+    vf_coeff: float,
+    entropy_coeff: float | Tensor,
+) -> PPOLosses:
+    """The clipped PPO objective, as a loss to minimise.
+
+    With ratio ``r = exp(logp - old_logp)`` and advantage ``A``:
+
+    * policy: ``-mean(min(r A, clip(r, 1-ε, 1+ε) A))``; with dual clip ``c``, samples
+      with ``A < 0`` use ``max(min(...), c A)`` instead, bounding the loss of a huge ratio;
+    * value (PPO2 clipping): ``0.5 mean(max((V - R)², (V_clip - R)²))`` with
+      ``V_clip = V_old + clip(V - V_old, -vf_clip, vf_clip)``; gradients flow through
+      whichever error is larger, unlike a clamp of the loss itself;
+    * entropy: ``-mean(H)``;
+    * total: ``policy + vf_coeff * value + entropy_coeff * entropy``.
+
+    Args:
+        logp, entropy, values: ``[M, 1]`` from the current policy (with grad).
+        old_logp, old_values, advantages, returns: ``[M, 1]`` from the rollout.
+    """
+    log_ratio = logp - old_logp
+    ratio = torch.exp(log_ratio)
+    surrogate = ratio * advantages
+    clipped = torch.clamp(ratio, 1.0 - clip_param, 1.0 + clip_param) * advantages
+    objective = torch.min(surrogate, clipped)
+    if dual_clip_param is not None:
+        objective = torch.where(advantages < 0, torch.max(objective, dual_clip_param * advantages), objective)
+    policy_loss = -objective.mean()
+    squared_error = (values - returns).square()
+    if vf_clip_param is not None:
+        values_clipped = old_values + torch.clamp(values - old_values, -vf_clip_param, vf_clip_param)
+        squared_error = torch.max(squared_error, (values_clipped - returns).square())
+    vf_loss = 0.5 * squared_error.mean()
+    entropy_loss = -entropy.mean()
+    total = policy_loss + vf_coeff * vf_loss + entropy_coeff * entropy_loss
+    with torch.no_grad():
+        log_ratio = log_ratio.detach().float()
+        kl = (torch.expm1(log_ratio) - log_ratio).mean()
+        clip_fraction = ((ratio.detach() - 1.0).abs() > clip_param).float().mean()
+    return PPOLosses(total, policy_loss.detach(), vf_loss.detach(), entropy_loss.detach(), kl, clip_fraction)
+
+
+def _gather(x: Tensor | TensorDictBase, index: Tensor, out: Tensor | None) -> Tensor | TensorDictBase:
+    if isinstance(x, Tensor):
+        return torch.index_select(x, 0, index, out=out)
+    return x[index]
+
+
+class PPO(Algorithm):
+    """PPO on rlx's shared engine; build it with ``AlgorithmConfig(...).build(env_cls)``."""
+
+    config: AlgorithmConfig
+
+    def __init__(self, env_cls: EnvFactory, config: AlgorithmConfig) -> None:
+        super().__init__(env_cls, config)
+        self.entropy_schedule = Schedule(
+            config.entropy_coeff_schedule,
+            config.entropy_coeff_schedule_kind,
+            initial=config.entropy_coeff,
+            name="entropy_coeff_schedule",
+        )
+        # A tensor, updated with fill_, so a captured update graph sees new values.
+        self._entropy_coeff_value = self.entropy_schedule.value(0)
+        self.entropy_coeff = torch.tensor(self._entropy_coeff_value, device=self.device)
+        self._epoch_batch: dict[str, Tensor] = {}
+
+    def _minibatch_bounds(self) -> list[tuple[int, int]]:
+        n, m = self.num_envs * self.horizon, self.config.minibatch_size
+        return [(start, min(m, n - start)) for start in range(0, n, m)]
+
+    def step(self) -> dict[str, float]:
+        """Run the PPO epochs over the collected rollout.
+
+        Returns:
+            ``losses/{policy,vf,entropy,total}``, ``monitors/{kl_div,clip_fraction}``
+            (means over the minibatches run), ``monitors/sgd_epochs`` (epochs run, fewer
+            than ``num_sgd_iters`` after a KL early stop), ``monitors/lr``,
+            ``coefficients/{entropy,vf}`` and ``profiling/step_ms``.
+
+        Raises:
+            RuntimeError: no rollout: ``collect()`` must come first.
+        """
+        self._check_buffered()
+        start = time.perf_counter()
+        cfg = self.config
+        N = self.num_envs * self.horizon
+        self._compute_advantages()
+        batch = self._flat_batch()
+        if cfg.normalize_advantages:
+            std, mean = torch.std_mean(batch[ADVANTAGES], correction=0)
+            batch[ADVANTAGES] = (batch[ADVANTAGES] - mean) / (std + 1e-8)
+        lr, entropy_coeff = self.lr, self._entropy_coeff_value
+
+        bounds = self._minibatch_bounds()
+        num_minibatches = len(bounds)
+        params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        amp = cfg.enable_amp
+        sums = torch.zeros(6, device=self.device)  # total, policy, vf, entropy, kl, clip_fraction
+        epochs_run = 0
+        for _ in range(cfg.num_sgd_iters):
+            index = (
+                torch.randperm(N, device=self.device)
+                if cfg.shuffle_minibatches
+                else torch.arange(N, device=self.device)
+            )
+            # One gather per epoch into contiguous memory; minibatches are views of it.
+            epoch = {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
+            if not self._epoch_batch:
+                self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
+            epoch_kl = torch.zeros((), device=self.device)
+            for k, (lo, size) in enumerate(bounds):
+                mb = {key: x[lo : lo + size] for key, x in epoch.items()}
+                with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=amp):
+                    out = self.policy.evaluate(mb[OBS], mb[ACTIONS])
+                losses = ppo_losses(
+                    out.logp,
+                    out.entropy,
+                    out.values.float(),
+                    mb[LOGP],
+                    mb[VALUES],
+                    mb[ADVANTAGES],
+                    mb[RETURNS],
+                    clip_param=cfg.clip_param,
+                    dual_clip_param=cfg.dual_clip_param,
+                    vf_clip_param=cfg.vf_clip_param,
+                    vf_coeff=cfg.vf_coeff,
+                    entropy_coeff=self.entropy_coeff,
+                )
+                # With accumulation each minibatch mean is weighted by its share of the
+                # buffer, so the summed gradient is exactly the full-batch gradient.
+                loss = losses.total * (size / N) if cfg.accumulate_grads else losses.total
+                self.grad_scaler.scale(loss).backward()
+                if not cfg.accumulate_grads or k == num_minibatches - 1:
+                    self._optimizer_step(params)
+                sums += torch.stack([losses.total.detach(), *losses[1:]])
+                epoch_kl += losses.kl
+            epochs_run += 1
+            if cfg.target_kl_div is not None:
+                with allowed_sync():
+                    kl = (epoch_kl / num_minibatches).item()  # SYNC: one per epoch, KL early stop / adaptive LR
+                if cfg.kl_adaptive_lr:
+                    self._adapt_lr(kl)
+                if kl > 1.5 * cfg.target_kl_div:
+                    break
+
+        self._finish_step()
+        self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
+        self.entropy_coeff.fill_(self._entropy_coeff_value)
+        with allowed_sync():
+            means = (sums / (epochs_run * num_minibatches)).tolist()  # SYNC: the stats of step()
+        return {
+            "losses/total": means[0],
+            "losses/policy": means[1],
+            "losses/vf": means[2],
+            "losses/entropy": means[3],
+            "monitors/kl_div": means[4],
+            "monitors/clip_fraction": means[5],
+            "monitors/sgd_epochs": float(epochs_run),
+            "monitors/lr": lr,
+            "coefficients/entropy": entropy_coeff,
+            "coefficients/vf": float(cfg.vf_coeff),
+            "profiling/step_ms": 1e3 * (time.perf_counter() - start),
+        }
+
+    def _optimizer_step(self, params: list[nn.Parameter]) -> None:
+        scaler = self.grad_scaler
+        if self.config.max_grad_norm is not None:
+            scaler.unscale_(self.optimizer)
+            nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=True)
+        scaler.step(self.optimizer)
+        scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def _adapt_lr(self, kl: float) -> None:
+        target = self.config.target_kl_div
+        low, high = self.config.kl_adaptive_lr_bounds
+        lr = self.lr
+        if kl > 2.0 * target:
+            lr /= 1.5
+        elif kl < 0.5 * target:
+            lr *= 1.5
+        self._set_lr(min(max(lr, low), high))

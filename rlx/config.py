@@ -1,0 +1,304 @@
+"""Algorithm configs: dataclasses that validate themselves and build an algorithm.
+
+``AlgorithmConfig(...).build(env_cls)`` returns a PPO algorithm with ``collect()`` and
+``step()``. Field names and meanings follow rl8's ``AlgorithmConfig``; rlx's additions
+(``seed``, ``normalize_obs``, ``kl_adaptive_lr``, ...) are documented on each field.
+
+Every error in a config is a :class:`ConfigError` (a ``ValueError``) raised at
+construction and naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+from torch import nn
+
+from rlx.distributions import Distribution
+from rlx.schedulers import ScheduleKind, check_schedule
+
+if TYPE_CHECKING:
+    from rlx.algorithms.ppo import PPO
+    from rlx.env import EnvFactory
+
+__all__ = ["AlgorithmConfig", "CommonConfig", "ConfigError", "config_dataclass"]
+
+
+class ConfigError(ValueError, TypeError):
+    """A bad config value or an unknown config field; the message names the field."""
+
+
+def config_dataclass(cls: type) -> type:
+    """``dataclasses.dataclass`` whose constructor rejects unknown fields by name.
+
+    A plain dataclass raises ``TypeError: unexpected keyword argument``; a config raises
+    :class:`ConfigError` (a ``ValueError``) that names the field and the valid ones.
+    """
+    cls = dataclasses.dataclass(cls)
+    init = cls.__init__
+
+    def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
+        names = {f.name for f in dataclasses.fields(cls) if f.init}
+        unknown = sorted(set(kwargs) - names)
+        if unknown:
+            raise ConfigError(
+                f"{cls.__name__}: unknown field(s) {unknown}; valid fields are {sorted(names)}"
+            )
+        init(self, *args, **kwargs)
+
+    checked_init.__doc__ = init.__doc__
+    checked_init.__wrapped__ = init  # type: ignore[attr-defined]
+    cls.__init__ = checked_init
+    return cls
+
+
+def _fail(owner: Any, field: str, message: str) -> None:
+    raise ConfigError(f"{type(owner).__name__}.{field}: {message}")
+
+
+def _check_int(owner: Any, field: str, *, minimum: int | None = 1, allow_none: bool = False) -> None:
+    value = getattr(owner, field)
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        _fail(owner, field, f"must be an int, got {value!r}")
+    if minimum is not None and value < minimum:
+        _fail(owner, field, f"must be >= {minimum}, got {value}")
+
+
+def _check_float(
+    owner: Any,
+    field: str,
+    *,
+    low: float | None = None,
+    high: float | None = None,
+    low_open: bool = False,
+    allow_none: bool = False,
+) -> None:
+    value = getattr(owner, field)
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        _fail(owner, field, f"must be a finite number, got {value!r}")
+    if low is not None and (value <= low if low_open else value < low):
+        _fail(owner, field, f"must be {'>' if low_open else '>='} {low}, got {value}")
+    if high is not None and value > high:
+        _fail(owner, field, f"must be <= {high}, got {value}")
+
+
+def _check_bool(owner: Any, field: str) -> None:
+    if not isinstance(getattr(owner, field), bool):
+        _fail(owner, field, f"must be a bool, got {getattr(owner, field)!r}")
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` is CUDA when present, else CPU; anything else is honoured as given."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+@config_dataclass
+class CommonConfig:
+    """Fields every rlx algorithm shares: env, model, buffer, GAE, normalizers, device."""
+
+    #: Model instance to use; mutually exclusive with ``model_cls``.
+    model: nn.Module | None = None
+    #: Model class built as ``model_cls(observation_spec, action_spec, num_params=(S, I),
+    #: **model_config)`` (see :mod:`rlx.models`); default :class:`~rlx.models.MLPActorCritic`.
+    model_cls: Any = None
+    #: Keyword arguments for the model class; the default model takes ``hiddens``
+    #: (default ``[256, 256]``), ``activation_fn`` (default ``"relu"``) and ``log_std_init``.
+    model_config: dict[str, Any] | None = None
+    #: Action distribution class; inferred from the action spec when ``None``
+    #: (Categorical, MultiCategorical, or Normal with clipping; pass
+    #: :class:`~rlx.distributions.SquashedNormal` for tanh-squashed bounds).
+    distribution_cls: type[Distribution] | None = None
+    #: Env steps ``T`` per :meth:`collect` per env; the buffer is ``[B, T+1]``.
+    horizon: int = 32
+    #: Reset every env every N collects; negative: never (envs reset their own sub-envs
+    #: at episode ends). rl8's default of 1 would cut every episode at ``T`` steps.
+    horizons_per_env_reset: int = -1
+    #: Number of parallel sub-environments ``B``.
+    num_envs: int = 8192
+    #: Optimizer class.
+    optimizer_cls: type[torch.optim.Optimizer] = torch.optim.Adam
+    #: Optimizer keyword arguments; default ``{"lr": 1e-3}``.
+    optimizer_config: dict[str, Any] | None = None
+    #: Learning-rate schedule: ``[(env_steps, lr), ...]``, counted in env transitions
+    #: (``B * T`` per collect). Constant when ``None``.
+    lr_schedule: list[tuple[int, float]] | None = None
+    #: ``"step"`` (jump and hold) or ``"interp"`` (linear between milestones).
+    lr_schedule_kind: ScheduleKind = "step"
+    #: GAE λ in [0, 1]: 0 is one-step TD, 1 is the Monte-Carlo return.
+    gae_lambda: float = 0.95
+    #: Discount γ in [0, 1].
+    gamma: float = 0.95
+    #: Normalize advantages by the batch mean and std before the update.
+    normalize_advantages: bool = True
+    #: Divide rewards by the running std of the discounted return (restarting at
+    #: episode ends) before GAE.
+    normalize_rewards: bool = True
+    #: Feed the model observations normalized by a running mean/std (rlx addition).
+    normalize_obs: bool = False
+    #: Mixed precision: bf16 autocast on CPU, fp16 autocast with a GradScaler on CUDA.
+    #: γ, returns and GAE stay in float32.
+    enable_amp: bool = False
+    #: Max global gradient norm; ``None`` disables clipping.
+    max_grad_norm: float | None = 5.0
+    #: ``"auto"`` (CUDA when present, else CPU) or an explicit device, which is honoured.
+    device: str = "auto"
+    #: Seed for torch's RNGs at build (env resets, sampling, init); ``None`` leaves them.
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.model is not None and self.model_cls is not None:
+            _fail(self, "model", "model and model_cls are mutually exclusive")
+        if self.model is not None and not isinstance(self.model, nn.Module):
+            _fail(self, "model", f"must be an nn.Module, got {type(self.model).__name__}")
+        for field in ("model_config", "optimizer_config"):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, dict):
+                _fail(self, field, f"must be a dict or None, got {type(value).__name__}")
+        if self.model_config is not None and self.model is not None:
+            _fail(self, "model_config", "has no effect with a model instance")
+        if self.distribution_cls is not None and not (
+            isinstance(self.distribution_cls, type) and issubclass(self.distribution_cls, Distribution)
+        ):
+            _fail(self, "distribution_cls", "must be a subclass of rlx.distributions.Distribution")
+        _check_int(self, "horizon")
+        _check_int(self, "num_envs")
+        _check_int(self, "horizons_per_env_reset", minimum=None)
+        if self.horizons_per_env_reset == 0:
+            _fail(self, "horizons_per_env_reset", "must be positive or negative (never reset), got 0")
+        if not (isinstance(self.optimizer_cls, type) and issubclass(self.optimizer_cls, torch.optim.Optimizer)):
+            _fail(self, "optimizer_cls", f"must be a torch.optim.Optimizer subclass, got {self.optimizer_cls!r}")
+        lr = self.optimizer_kwargs.get("lr")
+        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 or not math.isfinite(lr):
+            _fail(self, "optimizer_config", f"lr must be a positive number, got {lr!r}")
+        if self.lr_schedule is not None:
+            check_schedule(self.lr_schedule, self.lr_schedule_kind, name="lr_schedule")
+            if any(v <= 0 for _, v in self.lr_schedule):
+                _fail(self, "lr_schedule", "learning rates must be positive")
+        _check_float(self, "gamma", low=0.0, high=1.0)
+        _check_float(self, "gae_lambda", low=0.0, high=1.0)
+        for field in ("normalize_advantages", "normalize_rewards", "normalize_obs", "enable_amp"):
+            _check_bool(self, field)
+        _check_float(self, "max_grad_norm", low=0.0, low_open=True, allow_none=True)
+        try:
+            resolve_device(self.device)
+        except (RuntimeError, TypeError) as e:
+            _fail(self, "device", f"is not a valid device ({e})")
+        _check_int(self, "seed", minimum=0, allow_none=True)
+
+    @property
+    def optimizer_kwargs(self) -> dict[str, Any]:
+        """Optimizer keyword arguments with rlx's default learning rate filled in."""
+        return {"lr": 1e-3, **(self.optimizer_config or {})}
+
+    @property
+    def buffer_size(self) -> int:
+        """Samples per collect, ``N = B * T``."""
+        return self.num_envs * self.horizon
+
+
+@config_dataclass
+class AlgorithmConfig(CommonConfig):
+    """Config of rlx's PPO (Schulman et al., 2017, https://arxiv.org/abs/1707.06347).
+
+    Example:
+        >>> from rlx import AlgorithmConfig
+        >>> from rlx.envs import CartPole
+        >>> algo = AlgorithmConfig(num_envs=64, horizon=32, device="cpu").build(CartPole)
+        >>> collect_stats = algo.collect()
+        >>> step_stats = algo.step()
+    """
+
+    #: Step the optimizer once per epoch on gradients accumulated over its minibatches
+    #: (each weighted by its share of the buffer, so this equals the full-batch gradient).
+    accumulate_grads: bool = False
+    #: Entropy bonus weight; ignored when ``entropy_coeff_schedule`` is set.
+    entropy_coeff: float = 0.0
+    #: Entropy-coefficient schedule ``[(env_steps, coeff), ...]`` over env transitions.
+    entropy_coeff_schedule: list[tuple[int, float]] | None = None
+    #: ``"step"`` or ``"interp"``.
+    entropy_coeff_schedule_kind: ScheduleKind = "step"
+    #: Minibatch size ``M``; ``None`` makes the whole buffer one minibatch.
+    sgd_minibatch_size: int | None = None
+    #: Epochs over the buffer per :meth:`step`.
+    num_sgd_iters: int = 4
+    #: Shuffle samples into new minibatches every epoch (an on-device ``randperm``).
+    shuffle_minibatches: bool = True
+    #: PPO ratio clip ε: the surrogate ignores ratios outside [1 - ε, 1 + ε].
+    clip_param: float = 0.2
+    #: PPO2 value clip: the loss takes the max of the clipped and unclipped squared
+    #: errors around the old value; ``None`` disables it.
+    vf_clip_param: float | None = 5.0
+    #: Dual-clip constant c > 1 (Ye et al., 2020) bounding the surrogate at ``c * A`` for
+    #: negative advantages; ``None`` disables it.
+    dual_clip_param: float | None = None
+    #: Weight of the value loss in the total loss.
+    vf_coeff: float = 1.0
+    #: Target KL. An epoch whose mean approximate KL exceeds 1.5 × this stops the update
+    #: (decided once per epoch: one host sync per epoch). The KL is measured in the
+    #: minibatch forward passes, so with ``accumulate_grads`` (one optimizer step at the
+    #: end of each epoch) the earliest stop is after the second epoch. ``None`` disables it.
+    target_kl_div: float | None = None
+    #: Adapt the learning rate to ``target_kl_div`` after every epoch: ÷1.5 when the KL
+    #: exceeds 2 × target, ×1.5 when below target / 2, clamped to ``kl_adaptive_lr_bounds``.
+    kl_adaptive_lr: bool = False
+    #: ``(min_lr, max_lr)`` for ``kl_adaptive_lr``.
+    kl_adaptive_lr_bounds: tuple[float, float] = (1e-5, 1e-2)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for field in ("accumulate_grads", "shuffle_minibatches", "kl_adaptive_lr"):
+            _check_bool(self, field)
+        _check_float(self, "entropy_coeff", low=0.0)
+        if self.entropy_coeff_schedule is not None:
+            check_schedule(
+                self.entropy_coeff_schedule, self.entropy_coeff_schedule_kind, name="entropy_coeff_schedule"
+            )
+        _check_int(self, "num_sgd_iters")
+        _check_int(self, "sgd_minibatch_size", allow_none=True)
+        if self.sgd_minibatch_size is not None and self.sgd_minibatch_size > self.buffer_size:
+            _fail(
+                self,
+                "sgd_minibatch_size",
+                f"{self.sgd_minibatch_size} is larger than the buffer "
+                f"(num_envs * horizon = {self.num_envs} * {self.horizon} = {self.buffer_size})",
+            )
+        _check_float(self, "clip_param", low=0.0, low_open=True)
+        _check_float(self, "vf_clip_param", low=0.0, low_open=True, allow_none=True)
+        _check_float(self, "dual_clip_param", low=1.0, low_open=True, allow_none=True)
+        _check_float(self, "vf_coeff", low=0.0)
+        _check_float(self, "target_kl_div", low=0.0, low_open=True, allow_none=True)
+        if self.kl_adaptive_lr:
+            if self.target_kl_div is None:
+                _fail(self, "kl_adaptive_lr", "needs target_kl_div to be set")
+            if self.lr_schedule is not None:
+                _fail(self, "kl_adaptive_lr", "cannot be combined with lr_schedule")
+            bounds = self.kl_adaptive_lr_bounds
+            if (
+                not isinstance(bounds, (tuple, list))
+                or len(bounds) != 2
+                or not all(isinstance(b, (int, float)) and b > 0 for b in bounds)
+                or bounds[0] > bounds[1]
+            ):
+                _fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
+
+    @property
+    def minibatch_size(self) -> int:
+        """``M``: ``sgd_minibatch_size``, or the whole buffer."""
+        return self.sgd_minibatch_size or self.buffer_size
+
+    def build(self, env_cls: EnvFactory) -> PPO:
+        """Build the PPO algorithm for ``env_cls`` and validate it against the env's specs."""
+        from rlx.algorithms.ppo import PPO
+
+        algo = PPO(env_cls, self)
+        algo.validate()
+        return algo

@@ -1,0 +1,219 @@
+"""The batched, torch-native environment protocol and checks on what envs return.
+
+An rlx env simulates ``B`` independent sub-environments at once, on one device, and
+exchanges whole batches of tensors with the algorithm:
+
+* ``reset(*, config=None)`` returns the first observations, ``[B, *obs]`` (a tensor, or
+  a TensorDict with batch size ``[B]`` for a ``Composite`` observation spec).
+* ``step(actions)`` takes ``[B, *action]`` actions and returns a TensorDict with batch
+  size ``[B]`` holding:
+
+  ========== ============== ======== =====================================================
+  key        shape          required meaning
+  ========== ============== ======== =====================================================
+  obs        ``[B, *obs]``  yes      next observation; for a sub-env that just ended, the
+                                     FIRST observation of its next episode (auto-reset)
+  rewards    ``[B, 1]``     yes      reward of this transition
+  terminated ``[B, 1]`` bool no      ended in a terminal state: no bootstrap
+  truncated  ``[B, 1]`` bool no      cut short (time limit): bootstrap from V(final_obs)
+  final_obs  ``[B, *obs]``  see note the true last observation of an episode that ended;
+                                     required whenever ``truncated`` is returned
+  ========== ============== ======== =====================================================
+
+An env that returns neither ``terminated`` nor ``truncated`` is an infinite-horizon env,
+as in rl8's protocol, and runs unchanged. rlx never requires an env to subclass
+:class:`Env`: any class with this constructor, these attributes and these two methods
+works (duck typing), so envs written for rl8 plug in as they are.
+
+Optional extras an env may provide:
+
+* ``max_num_envs`` / ``max_horizon`` class attributes: checked at build, with an error.
+* ``state_dict()`` / ``load_state_dict(state)``: the env's full simulator state, so that a
+  checkpoint resumes exactly. Without them a resumed run starts from fresh resets.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any, ClassVar, Protocol
+
+import torch
+from tensordict import TensorDictBase
+from torchrl.data import Composite, TensorSpec
+
+__all__ = [
+    "Env",
+    "EnvFactory",
+    "EnvOutputError",
+    "OBS",
+    "REWARDS",
+    "TERMINATED",
+    "TRUNCATED",
+    "FINAL_OBS",
+    "ACTION_MASK",
+    "check_env_limits",
+    "check_obs",
+    "check_step_output",
+]
+
+OBS = "obs"
+REWARDS = "rewards"
+TERMINATED = "terminated"
+TRUNCATED = "truncated"
+FINAL_OBS = "final_obs"
+#: Entry of a ``Composite`` observation holding a boolean mask of valid discrete actions.
+ACTION_MASK = "action_mask"
+
+
+class EnvOutputError(ValueError):
+    """An env returned something that does not match its specs or the protocol."""
+
+
+class Env(ABC):
+    """Base class for batched torch-native environments (optional to subclass).
+
+    Args:
+        num_envs: Number of independent sub-environments ``B`` simulated at once.
+        horizon: Number of steps the algorithm takes per collect, for envs that want to
+            know it; ``None`` when unknown.
+        device: Device of every tensor the env returns.
+
+    Raises:
+        ValueError: ``num_envs`` exceeds the class's ``max_num_envs`` or ``horizon``
+            exceeds its ``max_horizon``.
+    """
+
+    #: Spec of ONE sub-env's observation (a ``Composite`` for dict observations).
+    observation_spec: TensorSpec
+    #: Spec of ONE sub-env's action.
+    action_spec: TensorSpec
+    #: Optional limit on ``num_envs``; checked at construction and at build.
+    max_num_envs: ClassVar[int]
+    #: Optional limit on ``horizon``; checked at construction and at build.
+    max_horizon: ClassVar[int]
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        check_env_limits(type(self), num_envs, horizon)
+        self.num_envs = num_envs
+        self.horizon = horizon
+        self.device = torch.device(device)
+
+    @abstractmethod
+    def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor | TensorDictBase:
+        """Reset every sub-env and return the first observations, ``[B, *obs]``."""
+
+    @abstractmethod
+    def step(self, actions: torch.Tensor) -> TensorDictBase:
+        """Advance every sub-env by one step (see the module docstring for the keys)."""
+
+
+class EnvFactory(Protocol):
+    """Anything that builds an env: an env class, or a function with its signature."""
+
+    def __call__(
+        self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu"
+    ) -> Env: ...
+
+
+def check_env_limits(env_cls: Any, num_envs: int, horizon: int | None) -> None:
+    """Check ``num_envs`` and ``horizon`` against an env class's declared limits.
+
+    Raises:
+        ValueError: naming the field, the value and the limit. Limits are never clamped
+            silently.
+    """
+    name = getattr(env_cls, "__name__", repr(env_cls))
+    max_num_envs = getattr(env_cls, "max_num_envs", None)
+    if max_num_envs is not None and num_envs > max_num_envs:
+        raise ValueError(
+            f"num_envs={num_envs} exceeds {name}.max_num_envs={max_num_envs}; "
+            f"lower num_envs to at most {max_num_envs}"
+        )
+    max_horizon = getattr(env_cls, "max_horizon", None)
+    if max_horizon is not None and horizon is not None and horizon > max_horizon:
+        raise ValueError(
+            f"horizon={horizon} exceeds {name}.max_horizon={max_horizon}; "
+            f"lower horizon to at most {max_horizon}"
+        )
+
+
+def _check_tensor(
+    name: str, value: Any, shape: tuple[int, ...], dtype: torch.dtype | None, where: str
+) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise EnvOutputError(f"{where}: '{name}' must be a torch.Tensor, got {type(value).__name__}")
+    if tuple(value.shape) != tuple(shape):
+        raise EnvOutputError(
+            f"{where}: '{name}' has shape {list(value.shape)}, expected {list(shape)}"
+        )
+    if dtype is not None and value.dtype != dtype:
+        raise EnvOutputError(f"{where}: '{name}' has dtype {value.dtype}, expected {dtype}")
+
+
+def check_obs(
+    obs: Any, spec: TensorSpec, num_envs: int, *, where: str, name: str = OBS
+) -> None:
+    """Check a batch of observations against one sub-env's observation spec.
+
+    Args:
+        obs: ``[B, *obs]`` tensor, or a TensorDict with batch size ``[B]`` whose entries
+            match a ``Composite`` spec.
+        spec: Spec of one sub-env's observation.
+        num_envs: Expected batch size ``B``.
+        where: Where the observation came from, for the message (``"env.reset()"``).
+        name: Key path for the message.
+
+    Raises:
+        EnvOutputError: naming the key, the shape it got and the shape expected.
+    """
+    if isinstance(spec, Composite):
+        if not isinstance(obs, TensorDictBase):
+            raise EnvOutputError(
+                f"{where}: '{name}' must be a TensorDict for a Composite observation spec, "
+                f"got {type(obs).__name__}"
+            )
+        for key, sub_spec in spec.items():
+            if key not in obs.keys():
+                raise EnvOutputError(f"{where}: '{name}.{key}' is missing")
+            check_obs(obs.get(key), sub_spec, num_envs, where=where, name=f"{name}.{key}")
+        return
+    _check_tensor(name, obs, (num_envs, *spec.shape), spec.dtype, where)
+
+
+def check_step_output(
+    out: Any, observation_spec: TensorSpec, num_envs: int, *, where: str = "env.step()"
+) -> None:
+    """Check one ``env.step`` output against the protocol (see the module docstring).
+
+    Raises:
+        EnvOutputError: naming the missing or malformed key and the shapes involved.
+    """
+    if not isinstance(out, TensorDictBase):
+        raise EnvOutputError(f"{where} must return a TensorDict, got {type(out).__name__}")
+    for key in (OBS, REWARDS):
+        if key not in out.keys():
+            raise EnvOutputError(
+                f"{where}: required key '{key}' is missing (got keys {sorted(out.keys())})"
+            )
+    check_obs(out.get(OBS), observation_spec, num_envs, where=where)
+    rewards = out.get(REWARDS)
+    _check_tensor(REWARDS, rewards, (num_envs, 1), None, where)
+    if not rewards.is_floating_point():
+        raise EnvOutputError(f"{where}: 'rewards' must be floating point, got {rewards.dtype}")
+    for key in (TERMINATED, TRUNCATED):
+        if key in out.keys():
+            _check_tensor(key, out.get(key), (num_envs, 1), torch.bool, where)
+    if TRUNCATED in out.keys():
+        if FINAL_OBS not in out.keys():
+            raise EnvOutputError(
+                f"{where}: returns 'truncated' but no 'final_obs'; an env that can "
+                "truncate must return the true last observation as 'final_obs'"
+            )
+        check_obs(out.get(FINAL_OBS), observation_spec, num_envs, where=where, name=FINAL_OBS)

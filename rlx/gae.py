@@ -1,0 +1,231 @@
+"""Generalized advantage estimation over a batch of trajectories with episode ends.
+
+Schulman et al., "High-Dimensional Continuous Control Using Generalized Advantage
+Estimation" (2016), https://arxiv.org/abs/1506.02438.
+
+Two flags end an episode inside the horizon and they are not the same thing:
+
+- ``terminated``: the episode reached a terminal state, whose value is zero by
+  definition, so the target does not bootstrap.
+- ``truncated``: the episode was cut (a time limit) in a state that still has a future;
+  the target bootstraps from ``final_values``, the critic's value of the true last
+  observation (the env has already replaced it with the first observation of the next
+  episode, whose value ``values[:, t + 1]`` belongs to another episode).
+
+Either flag cuts the advantage trace, so no credit flows across an episode boundary.
+
+For ``t < T``::
+
+    next_value_t = 0                   if terminated_t
+                 = final_values_t      if truncated_t (and not terminated_t)
+                 = values_{t+1}        otherwise
+    delta_t      = rewards_t + gamma * next_value_t - values_t
+    A_t          = delta_t + gamma * gae_lambda * (1 - done_t) * A_{t+1},   A_T = 0
+    returns_t    = A_t + values_t
+
+A step with both flags set is treated as terminated: a true terminal state has value zero
+whatever the time limit says.
+
+The functions never touch a tensor's value from the host (no ``.item()``, no Python
+branch on data), so they run inside a CUDA-graph-captured or sync-checked step.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+__all__ = ["generalized_advantage_estimate", "generalized_advantage_estimate_"]
+
+
+def generalized_advantage_estimate(
+    rewards: Tensor,
+    values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    final_values: Tensor,
+    *,
+    gamma: float,
+    gae_lambda: float,
+) -> tuple[Tensor, Tensor]:
+    """Advantages and value targets of a batch of trajectories, in new tensors.
+
+    Accepts two layouts. In the trajectory layout the per-step inputs are ``[B, T, 1]``;
+    in the buffer layout they are ``[B, T+1, 1]``, as wide as ``values``, and their last
+    column is ignored. The outputs have the width of ``rewards``; in the buffer layout
+    their last column is zero.
+
+    Args:
+        rewards: ``[B, T, 1]`` or ``[B, T+1, 1]`` reward of each transition.
+        values: ``[B, T+1, 1]`` critic values of the observations; column ``T`` is the
+            value of the observation after the last step (the bootstrap).
+        terminated: bool, shaped like ``rewards``: the transition ended the episode in a
+            terminal state (no bootstrap).
+        truncated: bool, shaped like ``rewards``: the transition cut the episode short
+            (bootstrap from ``final_values``).
+        final_values: shaped like ``rewards``: the critic value of the true last
+            observation where ``truncated``; read nowhere else.
+        gamma: Discount factor in ``[0, 1]``.
+        gae_lambda: GAE trace decay in ``[0, 1]``; 0 gives one-step TD errors, 1 gives
+            Monte Carlo returns minus the value baseline.
+
+    Returns:
+        ``(advantages, returns)``, each shaped like ``rewards`` and in the compute
+        dtype: float64 if any floating input is float64, float32 otherwise (half
+        precision inputs are upcast so the reverse recursion does not lose precision).
+
+    Raises:
+        ValueError: An input has the wrong shape; the message names it, the shape it got
+            and the shape expected.
+        TypeError: ``terminated`` or ``truncated`` is not bool.
+    """
+    _, dtype = _check_inputs(rewards, values, terminated, truncated, final_values)
+    advantages = torch.empty(rewards.shape, dtype=dtype, device=values.device)
+    returns = torch.empty(rewards.shape, dtype=dtype, device=values.device)
+    generalized_advantage_estimate_(
+        rewards,
+        values,
+        terminated,
+        truncated,
+        final_values,
+        gamma=gamma,
+        gae_lambda=gae_lambda,
+        advantages=advantages,
+        returns=returns,
+    )
+    return advantages, returns
+
+
+@torch.no_grad()
+def generalized_advantage_estimate_(
+    rewards: Tensor,
+    values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    final_values: Tensor,
+    *,
+    gamma: float,
+    gae_lambda: float,
+    advantages: Tensor,
+    returns: Tensor,
+) -> None:
+    """Generalized advantage estimation written into preallocated outputs.
+
+    Same inputs and math as :func:`generalized_advantage_estimate`. The outputs may be
+    ``[B, T, 1]`` (for example ``buffer[:, :T]``, a non-contiguous view) or
+    ``[B, T+1, 1]`` (the whole buffer column; its last column is set to zero). When an
+    output already has the compute dtype it doubles as scratch space, so the call
+    allocates nothing of size ``[B, T]`` beyond what dtype conversion of the inputs
+    needs. Advantages and returns are regression targets, so no autograd graph is built.
+
+    Args:
+        rewards: ``[B, T, 1]`` or ``[B, T+1, 1]`` reward of each transition.
+        values: ``[B, T+1, 1]`` critic values, column ``T`` being the bootstrap value.
+        terminated: bool, shaped like ``rewards``.
+        truncated: bool, shaped like ``rewards``.
+        final_values: shaped like ``rewards``.
+        gamma: Discount factor in ``[0, 1]``.
+        gae_lambda: GAE trace decay in ``[0, 1]``.
+        advantages: ``[B, T, 1]`` or ``[B, T+1, 1]`` floating output; must not overlap
+            any input.
+        returns: Output shaped like ``advantages``; must not overlap any input or
+            ``advantages``.
+
+    Raises:
+        ValueError: An input or output has the wrong shape (the message names it).
+        TypeError: A flag is not bool or an output is not floating point.
+    """
+    horizon, dtype = _check_inputs(rewards, values, terminated, truncated, final_values)
+    batch = values.shape[0]
+    for name, out in (("advantages", advantages), ("returns", returns)):
+        if tuple(out.shape) not in ((batch, horizon, 1), (batch, horizon + 1, 1)):
+            raise ValueError(
+                f"{name} has shape {tuple(out.shape)}; expected {(batch, horizon, 1)} or "
+                f"{(batch, horizon + 1, 1)} (values has shape {tuple(values.shape)})"
+            )
+        if not out.is_floating_point():
+            raise TypeError(f"{name} must be a floating tensor, got dtype {out.dtype}")
+    if advantages.shape != returns.shape:
+        raise ValueError(
+            f"returns has shape {tuple(returns.shape)}; expected {tuple(advantages.shape)} "
+            "(the shape of advantages)"
+        )
+
+    adv_out = advantages[:, :horizon]
+    ret_out = returns[:, :horizon]
+    # An output in a narrower dtype (a bf16 buffer) cannot carry the recursion without
+    # compounding rounding error, so the work then happens in compute-dtype scratch.
+    adv = adv_out if adv_out.dtype == dtype else torch.empty_like(adv_out, dtype=dtype)
+    # `returns` is only written at the very end, so until then it holds the per-step
+    # trace coefficient gamma * gae_lambda * (1 - done_t).
+    coeff = ret_out if ret_out.dtype == dtype else torch.empty_like(ret_out, dtype=dtype)
+
+    rewards = rewards[:, :horizon]
+    terminated = terminated[:, :horizon]
+    truncated = truncated[:, :horizon]
+    final_values = final_values[:, :horizon]
+
+    # delta_t for all steps at once, built in place inside `adv`.
+    next_values = values[:, 1:]
+    if final_values.dtype == dtype and next_values.dtype == dtype:
+        torch.where(truncated, final_values, next_values, out=adv)
+    else:  # `where` writes only into an output of its own result dtype
+        adv.copy_(torch.where(truncated, final_values, next_values))
+    adv.masked_fill_(terminated, 0.0)  # after the truncation fill: terminated wins
+    adv.mul_(gamma).add_(rewards).sub_(values[:, :horizon])
+
+    coeff.fill_(gamma * gae_lambda)
+    coeff.masked_fill_(terminated, 0.0)
+    coeff.masked_fill_(truncated, 0.0)
+
+    # A_{T-1} = delta_{T-1} because A_T = 0; each earlier step adds its discounted
+    # successor. One [B, 1] kernel per step; the loop length is a host int.
+    for t in range(horizon - 2, -1, -1):
+        adv[:, t].addcmul_(coeff[:, t], adv[:, t + 1])
+
+    torch.add(adv, values[:, :horizon], out=ret_out)  # overwrites the coefficients
+    if adv is not adv_out:
+        adv_out.copy_(adv)
+    if advantages.shape[1] == horizon + 1:
+        advantages[:, horizon].zero_()
+        returns[:, horizon].zero_()
+
+
+def _check_inputs(
+    rewards: Tensor,
+    values: Tensor,
+    terminated: Tensor,
+    truncated: Tensor,
+    final_values: Tensor,
+) -> tuple[int, torch.dtype]:
+    """Validate the input shapes (host metadata only); return the horizon and compute dtype."""
+    if values.ndim != 3 or values.shape[1] < 2 or values.shape[2] != 1:
+        raise ValueError(
+            f"values has shape {tuple(values.shape)}; expected [B, T+1, 1] with T >= 1"
+        )
+    batch, width = values.shape[0], values.shape[1]
+    horizon = width - 1
+    step_shapes = ((batch, horizon, 1), (batch, width, 1))
+    if tuple(rewards.shape) not in step_shapes:
+        raise ValueError(
+            f"rewards has shape {tuple(rewards.shape)}; expected {step_shapes[0]} or "
+            f"{step_shapes[1]} (values has shape {tuple(values.shape)})"
+        )
+    for name, tensor in (
+        ("terminated", terminated),
+        ("truncated", truncated),
+        ("final_values", final_values),
+    ):
+        if tensor.shape != rewards.shape:
+            raise ValueError(
+                f"{name} has shape {tuple(tensor.shape)}; expected {tuple(rewards.shape)} "
+                "(the shape of rewards)"
+            )
+    for name, flags in (("terminated", terminated), ("truncated", truncated)):
+        if flags.dtype != torch.bool:
+            raise TypeError(f"{name} must be a bool tensor, got dtype {flags.dtype}")
+    dtype = torch.promote_types(
+        torch.promote_types(rewards.dtype, values.dtype),
+        torch.promote_types(final_values.dtype, torch.float32),
+    )
+    return horizon, dtype

@@ -1,0 +1,137 @@
+"""The default actor-critic model, and the interface a custom model implements.
+
+A model is an ``nn.Module`` built as ``model_cls(observation_spec, action_spec,
+num_params=(S, I), **model_config)`` whose ``forward(obs)`` maps a batch of ``N``
+(already normalized) observations to ``(dist_params [N, S + I], values [N, 1])``.
+``(S, I)`` is the distribution's :meth:`~rlx.distributions.Distribution.param_layout`:
+state-dependent and state-independent parameters. ``obs`` is a ``[N, *obs]`` tensor, or
+a TensorDict with batch size ``[N]`` for a ``Composite`` observation spec.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor, nn
+from torchrl.data import Composite, TensorSpec
+
+from rlx.env import ACTION_MASK
+
+__all__ = ["MLPActorCritic", "flatten_obs", "obs_feature_size", "ACTIVATIONS"]
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {
+    "relu": nn.ReLU,
+    "tanh": nn.Tanh,
+    "elu": nn.ELU,
+    "gelu": nn.GELU,
+    "silu": nn.SiLU,
+    "leaky_relu": nn.LeakyReLU,
+}
+
+
+def _feature_keys(spec: Composite, prefix: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    keys = []
+    for key in sorted(spec.keys()):
+        sub = spec[key]
+        if isinstance(sub, Composite):
+            keys += _feature_keys(sub, prefix + (key,))
+        elif key != ACTION_MASK:
+            keys.append(prefix + (key,))
+    return keys
+
+
+def obs_feature_size(observation_spec: TensorSpec) -> int:
+    """Number of features ``D`` of a flattened observation (``action_mask`` excluded)."""
+    if isinstance(observation_spec, Composite):
+        return sum(math.prod(observation_spec[k].shape) for k in _feature_keys(observation_spec))
+    return math.prod(observation_spec.shape)
+
+
+def flatten_obs(obs: Tensor | TensorDictBase, observation_spec: TensorSpec) -> Tensor:
+    """Flatten a batch of observations into float features ``[N, D]``.
+
+    Composite entries are flattened and concatenated in sorted key order; the
+    ``action_mask`` entry is not a feature.
+    """
+    if isinstance(observation_spec, Composite):
+        parts = [obs.get(k) for k in _feature_keys(observation_spec)]
+        n = obs.batch_size[0]
+        return torch.cat([p.reshape(n, -1).float() for p in parts], dim=-1)
+    return obs.reshape(obs.shape[0], -1).float()
+
+
+def _mlp(sizes: Sequence[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
+        linear = nn.Linear(fan_in, fan_out)
+        last = i == len(sizes) - 2
+        # Orthogonal init (sqrt(2) hidden, small policy head): the usual PPO recipe that
+        # starts the policy near uniform and the critic near zero.
+        nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2.0))
+        nn.init.zeros_(linear.bias)
+        layers.append(linear)
+        if not last:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+class MLPActorCritic(nn.Module):
+    """Separate actor and critic MLPs over the flattened observation.
+
+    Args:
+        observation_spec: Spec of one env's observation.
+        action_spec: Spec of one env's action (used only through ``num_params``).
+        num_params: ``(S, I)`` from the distribution's ``param_layout``: the actor head
+            outputs ``S`` values; ``I`` state-independent parameters (a Gaussian's
+            log-std) are free parameters initialised to ``log_std_init``.
+        hiddens: Hidden layer widths of each MLP.
+        activation_fn: One of :data:`ACTIVATIONS`.
+        log_std_init: Initial value of the state-independent parameters.
+    """
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        /,
+        *,
+        num_params: tuple[int, int],
+        hiddens: Sequence[int] = (256, 256),
+        activation_fn: str = "relu",
+        log_std_init: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if activation_fn not in ACTIVATIONS:
+            raise ValueError(
+                f"model_config.activation_fn={activation_fn!r} is not one of {sorted(ACTIVATIONS)}"
+            )
+        hiddens = list(hiddens)
+        if not hiddens or any(not isinstance(h, int) or h <= 0 for h in hiddens):
+            raise ValueError(f"model_config.hiddens must be positive ints, got {hiddens}")
+        self.observation_spec = observation_spec
+        activation = ACTIVATIONS[activation_fn]
+        d = obs_feature_size(observation_spec)
+        num_dependent, num_independent = num_params
+        self.actor = _mlp([d, *hiddens, num_dependent], activation, out_gain=0.01)
+        self.critic = _mlp([d, *hiddens, 1], activation, out_gain=1.0)
+        self.log_std = (
+            nn.Parameter(torch.full((num_independent,), float(log_std_init))) if num_independent else None
+        )
+
+    def _params(self, features: Tensor) -> Tensor:
+        head = self.actor(features)  # [N, S]
+        if self.log_std is None:
+            return head
+        return torch.cat([head, self.log_std.to(head.dtype).expand(head.shape[0], -1)], dim=-1)
+
+    def forward(self, obs: Tensor | TensorDictBase) -> tuple[Tensor, Tensor]:
+        """Map observations to ``(dist_params [N, S + I], values [N, 1])``."""
+        features = flatten_obs(obs, self.observation_spec)
+        return self._params(features), self.critic(features)
+
+    def value(self, obs: Tensor | TensorDictBase) -> Tensor:
+        """Critic only: ``[N, 1]``."""
+        return self.critic(flatten_obs(obs, self.observation_spec))

@@ -1,0 +1,160 @@
+"""The policy: a model, its action distribution and the observation normalizer.
+
+Two explicit entry points, never one function whose return type flips on flags:
+
+* :meth:`Policy.act` for collection: actions, env actions, ``logp`` and values, no grad;
+* :meth:`Policy.evaluate` for updates: ``logp``, entropy and values of given actions,
+  with grad.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor, nn
+from torchrl.data import Composite, TensorSpec
+
+from rlx.distributions import Distribution, default_distribution_cls
+from rlx.env import ACTION_MASK
+from rlx.models import MLPActorCritic
+from rlx.normalization import RunningMeanStd
+
+__all__ = ["Policy", "ActOutput", "EvalOutput"]
+
+Obs = Tensor | TensorDictBase
+#: Normalized observations are clipped to this many standard deviations.
+OBS_CLIP = 10.0
+
+
+class ActOutput(NamedTuple):
+    """What :meth:`Policy.act` returns for ``N`` observations."""
+
+    actions: Tensor  #: ``[N, *action]``, as stored in the buffer
+    env_actions: Tensor  #: ``[N, *action]``, as given to the env (clipped or squashed)
+    logp: Tensor  #: ``[N, 1]``
+    values: Tensor  #: ``[N, 1]``
+
+
+class EvalOutput(NamedTuple):
+    """What :meth:`Policy.evaluate` returns for ``N`` observations."""
+
+    logp: Tensor  #: ``[N, 1]``
+    entropy: Tensor  #: ``[N, 1]``
+    values: Tensor  #: ``[N, 1]``
+    dist: Distribution
+
+
+def _float_leaves(spec: TensorSpec, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], TensorSpec]:
+    if isinstance(spec, Composite):
+        out: dict[tuple[str, ...], TensorSpec] = {}
+        for key in sorted(spec.keys()):
+            if key != ACTION_MASK:
+                out.update(_float_leaves(spec[key], prefix + (key,)))
+        return out
+    return {prefix: spec} if spec.dtype.is_floating_point else {}
+
+
+class Policy(nn.Module):
+    """Acting and evaluating with a model and an action distribution.
+
+    Args:
+        observation_spec: Spec of one env's observation.
+        action_spec: Spec of one env's action.
+        model: A ready model instance (mutually exclusive with ``model_cls``).
+        model_cls: Model class, built as ``model_cls(observation_spec, action_spec,
+            num_params=..., **model_config)``; defaults to :class:`MLPActorCritic`.
+        model_config: Keyword arguments for ``model_cls``.
+        distribution_cls: Action distribution; defaults from the action spec.
+        normalize_obs: Keep a running mean/std of every floating observation entry and
+            feed the model normalized observations.
+        device: Device of the parameters.
+    """
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        *,
+        model: nn.Module | None = None,
+        model_cls: Any = None,
+        model_config: dict[str, Any] | None = None,
+        distribution_cls: type[Distribution] | None = None,
+        normalize_obs: bool = False,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__()
+        self.observation_spec = observation_spec
+        self.action_spec = action_spec
+        self.distribution_cls = distribution_cls or default_distribution_cls(action_spec)
+        self.num_params = self.distribution_cls.param_layout(action_spec)
+        if model is None:
+            model = (model_cls or MLPActorCritic)(
+                observation_spec, action_spec, num_params=self.num_params, **(model_config or {})
+            )
+        self.model = model.to(device)
+        self._has_mask = isinstance(observation_spec, Composite) and ACTION_MASK in observation_spec.keys()
+        self._norm_keys: dict[str, tuple[str, ...]] = {}
+        self.obs_normalizers = nn.ModuleDict()
+        if normalize_obs:
+            for path, spec in _float_leaves(observation_spec).items():
+                name = "__".join(path) or "obs"
+                self._norm_keys[name] = path
+                self.obs_normalizers[name] = RunningMeanStd(
+                    tuple(spec.shape), clip=OBS_CLIP, device=device
+                )
+
+    # -- observation normalization -------------------------------------------------
+
+    def normalize(self, obs: Obs) -> Obs:
+        """Normalize every floating observation entry with the running statistics."""
+        if not self._norm_keys:
+            return obs
+        if isinstance(obs, Tensor):
+            return self.obs_normalizers["obs"].normalize(obs)
+        obs = obs.copy()  # shallow: never write normalized values into the caller's data
+        for name, path in self._norm_keys.items():
+            obs.set(path, self.obs_normalizers[name].normalize(obs.get(path)))
+        return obs
+
+    @torch.no_grad()
+    def update_obs_stats(self, obs: Obs) -> None:
+        """Merge a ``[N, *obs]`` batch of raw observations into the running statistics."""
+        for name, path in self._norm_keys.items():
+            x = obs if isinstance(obs, Tensor) else obs.get(path)
+            self.obs_normalizers[name].update(x)
+
+    # -- acting and evaluating -------------------------------------------------------
+
+    def distribution(self, params: Tensor, obs: Obs) -> Distribution:
+        """The action distribution for model outputs ``params`` at observations ``obs``."""
+        mask = obs.get(ACTION_MASK) if self._has_mask else None
+        return self.distribution_cls(params, self.action_spec, action_mask=mask)
+
+    @torch.no_grad()
+    def act(self, obs: Obs, *, deterministic: bool = False) -> ActOutput:
+        """Choose actions for a batch of raw observations (no grad).
+
+        Args:
+            obs: ``[N, *obs]`` raw observations (normalized here).
+            deterministic: Take the distribution's mode instead of sampling.
+        """
+        params, values = self.model(self.normalize(obs))
+        dist = self.distribution(params, obs)
+        actions = dist.mode() if deterministic else dist.sample()
+        return ActOutput(actions, dist.env_actions(actions), dist.log_prob(actions), values.float())
+
+    def evaluate(self, obs: Obs, actions: Tensor) -> EvalOutput:
+        """Log-probabilities, entropy and values of ``actions`` at raw ``obs`` (with grad)."""
+        params, values = self.model(self.normalize(obs))
+        dist = self.distribution(params, obs)
+        return EvalOutput(dist.log_prob(actions), dist.entropy(), values, dist)
+
+    @torch.no_grad()
+    def value(self, obs: Obs) -> Tensor:
+        """State values of raw observations, ``[N, 1]`` (no grad)."""
+        obs = self.normalize(obs)
+        value_fn = getattr(self.model, "value", None)
+        values = value_fn(obs) if value_fn is not None else self.model(obs)[1]
+        return values.float()

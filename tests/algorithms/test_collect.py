@@ -1,0 +1,183 @@
+"""collect(): buffer contents, episode ends, episode statistics and bad env outputs."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torch.testing import assert_close
+from torchrl.data import Categorical, Unbounded
+
+from rlx import AlgorithmConfig, EnvOutputError
+from rlx.env import Env
+
+
+def _build(env_cls, **kwargs):
+    kwargs.setdefault("device", "cpu")
+    kwargs.setdefault("seed", 0)
+    kwargs.setdefault("model_config", {"hiddens": [16]})
+    return AlgorithmConfig(**kwargs).build(env_cls)
+
+
+def _episode_reference(env_cls, num_envs: int, horizon: int, collects: int, actions_fn) -> list[tuple[float, float, float]]:
+    """(count, return_mean, length_mean) per collect, by stepping a twin env in a Python loop."""
+    env = env_cls(num_envs, horizon)
+    env.reset()
+    ret = [0.0] * num_envs
+    length = [0] * num_envs
+    out = []
+    for _ in range(collects):
+        finished = []
+        for _ in range(horizon):
+            td = env.step(actions_fn())
+            done = (td["terminated"] | td["truncated"]).squeeze(-1).tolist()
+            for i, r in enumerate(td["rewards"].squeeze(-1).tolist()):
+                ret[i] += r
+                length[i] += 1
+                if done[i]:
+                    finished.append((ret[i], length[i]))
+                    ret[i], length[i] = 0.0, 0
+        n = len(finished)
+        out.append((float(n), sum(f[0] for f in finished) / n, sum(f[1] for f in finished) / n))
+    return out
+
+
+def test_episode_stats_count_episodes_across_collects(scripted_env) -> None:
+    # T=3 is shorter than most episodes, so returns must carry across collects.
+    algo = _build(scripted_env, num_envs=7, horizon=3)
+    stats = []
+    for _ in range(4):
+        stats.append(algo.collect())
+        algo.step()
+    # Episode ends do not depend on the actions, so counts and lengths are exact.
+    ref = _episode_reference(scripted_env, 7, 3, 4, lambda: torch.zeros(7, dtype=torch.long))
+    for s, (count, _, length_mean) in zip(stats, ref):
+        assert s["episodes/count"] == count
+        assert s["episodes/length_mean"] == pytest.approx(length_mean)
+
+
+def test_episode_returns_match_a_python_loop_with_fixed_actions(scripted_env) -> None:
+    class ZeroActionModel(torch.nn.Module):
+        def __init__(self, observation_spec, action_spec, /, *, num_params):
+            super().__init__()
+            self.bias = torch.nn.Parameter(torch.tensor([30.0, -30.0]))  # always action 0
+
+        def forward(self, obs):
+            return self.bias.expand(obs.shape[0], 2), torch.zeros(obs.shape[0], 1)
+
+    algo = _build(scripted_env, num_envs=9, horizon=4, model_cls=ZeroActionModel, model_config=None)
+    ref = _episode_reference(scripted_env, 9, 4, 3, lambda: torch.zeros(9, dtype=torch.long))
+    for count, return_mean, length_mean in ref:
+        s = algo.collect()
+        assert s["episodes/count"] == count
+        assert s["episodes/return_mean"] == pytest.approx(return_mean)
+        assert s["episodes/length_mean"] == pytest.approx(length_mean)
+
+
+def test_buffer_holds_episode_ends_and_auto_reset_observations(scripted_env) -> None:
+    algo = _build(scripted_env, num_envs=4, horizon=6)
+    algo.collect()
+    buf = algo.buffer
+    # Sub-env 1 (length 2, truncates) ends at steps 1, 3, 5; sub-env 2 (length 3, terminates) at 2, 5.
+    assert buf["truncated"][1, :6, 0].tolist() == [False, True, False, True, False, True]
+    assert not buf["terminated"][1].any()
+    assert buf["terminated"][2, :6, 0].tolist() == [False, False, True, False, False, True]
+    assert not buf["truncated"][2].any()
+    # Column t+1 holds the first obs of the next episode; final_obs the true last one.
+    assert buf["obs"][1, 2].tolist() == [0.0, 1.0]
+    assert buf["final_obs"][1, 1].tolist() == [2.0, 1.0]
+
+
+def test_truncation_bootstraps_from_the_value_of_the_final_observation(scripted_env) -> None:
+    algo = _build(scripted_env, num_envs=4, horizon=6)
+    algo.collect()
+    buf = algo.buffer
+    truncated = buf["truncated"][:, :6]
+    expected = algo.policy.value(buf["final_obs"][:, :6].reshape(-1, 2)).view(4, 6, 1)
+    assert_close(buf["final_values"][:, :6][truncated], expected[truncated])
+    assert (buf["final_values"][:, :6][~truncated] == 0).all()
+
+
+def test_values_column_t_is_the_bootstrap_of_the_last_observation(scripted_env) -> None:
+    algo = _build(scripted_env, num_envs=3, horizon=5)
+    algo.collect()
+    assert_close(algo.buffer["values"][:, 5], algo.policy.value(algo.buffer["obs"][:, 5]))
+
+
+def test_buffer_is_allocated_once_and_reused(scripted_env) -> None:
+    algo = _build(scripted_env, num_envs=4, horizon=5)
+    ptrs = {k: v.data_ptr() for k, v in algo.buffer.items()}
+    for _ in range(3):
+        algo.collect()
+        algo.step()
+    assert {k: v.data_ptr() for k, v in algo.buffer.items()} == ptrs
+
+
+def test_collection_continues_from_the_last_observation(scripted_env) -> None:
+    algo = _build(scripted_env, num_envs=4, horizon=3)
+    algo.collect()
+    last = algo.buffer["obs"][:, 3].clone()
+    algo.step()
+    algo.collect()
+    assert torch.equal(algo.buffer["obs"][:, 0], last)
+
+
+class CountingResetEnv(Env):
+    """rl8-style infinite-horizon env (obs and rewards only) that counts its resets."""
+
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.observation_spec = Unbounded(shape=(1,), device=self.device)
+        self.action_spec = Categorical(2, shape=torch.Size([1]), device=self.device)
+        self.resets = 0
+
+    def reset(self, *, config: dict | None = None) -> torch.Tensor:
+        self.resets += 1
+        self.state = torch.zeros(self.num_envs, 1, device=self.device)
+        return self.state.clone()
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        self.state = self.state + 1
+        return TensorDict({"obs": self.state.clone(), "rewards": -self.state.abs()}, batch_size=[self.num_envs])
+
+
+@pytest.mark.parametrize("horizons_per_env_reset, expected_resets", [(-1, 1), (1, 4), (2, 2)])
+def test_horizons_per_env_reset_keeps_rl8_meaning(horizons_per_env_reset: int, expected_resets: int) -> None:
+    algo = _build(CountingResetEnv, num_envs=2, horizon=3, horizons_per_env_reset=horizons_per_env_reset)
+    resets_at_build = algo.env.resets
+    env_resets = []
+    for _ in range(4):
+        env_resets.append(algo.collect()["env/resets"])
+        algo.step()
+    assert algo.env.resets - resets_at_build == expected_resets
+    assert sum(r > 0 for r in env_resets) == expected_resets
+
+
+def test_infinite_horizon_env_reports_no_episodes() -> None:
+    algo = _build(CountingResetEnv, num_envs=2, horizon=3)
+    stats = algo.collect()
+    assert stats["episodes/count"] == 0 and math.isnan(stats["episodes/return_mean"])
+    assert not algo.buffer["terminated"].any() and not algo.buffer["truncated"].any()
+    assert stats["env/steps"] == 6
+
+
+def test_collect_stats_have_the_rl8_keys_and_episode_keys(scripted_env) -> None:
+    stats = _build(scripted_env, num_envs=4, horizon=3).collect()
+    for key in [
+        "returns/min", "returns/max", "returns/mean", "returns/std",
+        "rewards/min", "rewards/max", "rewards/mean", "rewards/std",
+        "env/resets", "env/steps", "profiling/collect_ms",
+        "episodes/count", "episodes/return_mean", "episodes/length_mean",
+    ]:
+        assert isinstance(stats[key], float), key
+
+
+def test_deterministic_collect_takes_the_mode(masked_choice_env) -> None:
+    algo = _build(masked_choice_env, num_envs=32, horizon=4)
+    algo.collect(deterministic=True)
+    params, _ = algo.policy.model(algo.buffer["obs"][:, :4].reshape(-1))
+    dist = algo.policy.distribution(params, algo.buffer["obs"][:, :4].reshape(-1))
+    assert torch.equal(algo.buffer["actions"][:, :4].reshape(-1), dist.mode())

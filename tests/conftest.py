@@ -1,0 +1,117 @@
+"""Shared test envs: scripted episodes with known ends, and envs that break the protocol."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.data import Categorical, Composite, Unbounded
+
+from rlx.env import Env
+
+
+class ScriptedEnv(Env):
+    """Deterministic episodes: sub-env ``i`` ends every ``i % 5 + 1`` steps.
+
+    Even sub-envs terminate, odd ones truncate. The reward of a step is ``step + 1``
+    within the episode (so an episode of length L returns L (L + 1) / 2) plus
+    ``0.5 * action``. The observation is ``[steps_so_far, i]``.
+    """
+
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.observation_spec = Unbounded(shape=(2,), device=self.device)
+        self.action_spec = Categorical(2, device=self.device)
+        self.index = torch.arange(num_envs, device=self.device)
+        self.lengths = self.index % 5 + 1
+        self.steps = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+
+    def _obs(self) -> torch.Tensor:
+        return torch.stack([self.steps.float(), self.index.float()], -1)
+
+    def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
+        self.steps.zero_()
+        return self._obs()
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        self.steps += 1
+        rewards = self.steps.float() + 0.5 * actions.float()
+        done = self.steps >= self.lengths
+        final_obs = self._obs()
+        self.steps = torch.where(done, 0, self.steps)
+        terminated = done & (self.index % 2 == 0)
+        truncated = done & (self.index % 2 == 1)
+        return TensorDict(
+            {
+                "obs": self._obs(),
+                "rewards": rewards.unsqueeze(-1),
+                "terminated": terminated.unsqueeze(-1),
+                "truncated": truncated.unsqueeze(-1),
+                "final_obs": final_obs,
+            },
+            batch_size=[self.num_envs],
+            device=self.device,
+        )
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {"steps": self.steps.clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.steps.copy_(state["steps"])
+
+
+class MaskedChoiceEnv(Env):
+    """One-step bandit with a Composite observation and an ``action_mask``.
+
+    Four actions; only two (chosen at random per step) are valid. Reward 1 for the
+    valid action with the higher index, 0 for the other; every episode lasts one step.
+    """
+
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.observation_spec = Composite(
+            obs=Unbounded(shape=(4,), device=self.device),
+            action_mask=Categorical(2, shape=(4,), dtype=torch.bool, device=self.device),
+            device=self.device,
+        )
+        self.action_spec = Categorical(4, device=self.device)
+
+    def _new(self) -> TensorDict:
+        keys = torch.rand(self.num_envs, 4, device=self.device)
+        top2 = keys.topk(2, dim=-1).indices
+        mask = torch.zeros(self.num_envs, 4, dtype=torch.bool, device=self.device)
+        mask.scatter_(1, top2, True)
+        self.mask = mask
+        return TensorDict({"obs": mask.float(), "action_mask": mask}, batch_size=[self.num_envs], device=self.device)
+
+    def reset(self, *, config: dict[str, Any] | None = None) -> TensorDict:
+        return self._new()
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        best = torch.where(self.mask, torch.arange(4, device=self.device), -1).argmax(-1)
+        valid = self.mask.gather(1, actions.long().view(-1, 1)).squeeze(1)
+        self.invalid_taken = getattr(self, "invalid_taken", 0) + int((~valid).sum())
+        rewards = (actions == best).float().unsqueeze(-1)
+        final = TensorDict({"obs": self.mask.float(), "action_mask": self.mask}, batch_size=[self.num_envs])
+        return TensorDict(
+            {
+                "obs": self._new(),
+                "rewards": rewards,
+                "terminated": torch.ones(self.num_envs, 1, dtype=torch.bool, device=self.device),
+                "final_obs": final,
+            },
+            batch_size=[self.num_envs],
+            device=self.device,
+        )
+
+
+@pytest.fixture
+def scripted_env() -> type[ScriptedEnv]:
+    return ScriptedEnv
+
+
+@pytest.fixture
+def masked_choice_env() -> type[MaskedChoiceEnv]:
+    return MaskedChoiceEnv

@@ -1,0 +1,92 @@
+"""Config validation: every bad value is a ValueError naming the field, at construction."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlx import AlgorithmConfig, ConfigError
+from rlx.config import resolve_device
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("gamma", -0.1),
+        ("gamma", 1.01),
+        ("gae_lambda", -0.5),
+        ("gae_lambda", 1.5),
+        ("num_envs", 0),
+        ("num_envs", -3),
+        ("horizon", 0),
+        ("num_sgd_iters", 0),
+        ("clip_param", 0.0),
+        ("clip_param", -0.2),
+        ("vf_clip_param", 0.0),
+        ("dual_clip_param", 1.0),
+        ("target_kl_div", 0.0),
+        ("max_grad_norm", -1.0),
+        ("vf_coeff", -1.0),
+        ("entropy_coeff", -0.01),
+        ("horizons_per_env_reset", 0),
+        ("num_envs", 2.5),
+        ("num_envs", True),
+        ("normalize_rewards", "yes"),
+        ("seed", -1),
+        ("device", "not-a-device"),
+    ],
+)
+def test_bad_values_raise_naming_the_field(field: str, value) -> None:
+    with pytest.raises(ValueError, match=rf"AlgorithmConfig\.{field}"):
+        AlgorithmConfig(**{field: value})
+
+
+def test_negative_learning_rate_is_rejected() -> None:
+    with pytest.raises(ValueError, match="optimizer_config: lr must be a positive number"):
+        AlgorithmConfig(optimizer_config={"lr": -1e-3})
+
+
+def test_minibatch_larger_than_the_buffer_is_rejected() -> None:
+    with pytest.raises(ValueError, match=r"sgd_minibatch_size: 129 is larger than the buffer.*8 \* 16 = 128"):
+        AlgorithmConfig(num_envs=8, horizon=16, sgd_minibatch_size=129)
+    assert AlgorithmConfig(num_envs=8, horizon=16, sgd_minibatch_size=128).minibatch_size == 128
+    assert AlgorithmConfig(num_envs=8, horizon=16).minibatch_size == 128
+
+
+def test_unknown_field_raises_a_value_error_naming_it() -> None:
+    with pytest.raises(ValueError, match=r"unknown field\(s\) \['num_env'\]"):
+        AlgorithmConfig(num_env=8)
+    with pytest.raises(ConfigError):
+        AlgorithmConfig(lamda=0.9)
+
+
+def test_schedule_errors_name_the_schedule_field() -> None:
+    with pytest.raises(ValueError, match="lr_schedule"):
+        AlgorithmConfig(lr_schedule=[(100, 1e-3), (50, 1e-4)])
+    with pytest.raises(ValueError, match="entropy_coeff_schedule_kind"):
+        AlgorithmConfig(entropy_coeff_schedule=[(0, 0.01)], entropy_coeff_schedule_kind="cosine")
+
+
+def test_kl_adaptive_lr_needs_a_target_and_no_schedule() -> None:
+    with pytest.raises(ValueError, match="kl_adaptive_lr: needs target_kl_div"):
+        AlgorithmConfig(kl_adaptive_lr=True)
+    with pytest.raises(ValueError, match="kl_adaptive_lr: cannot be combined with lr_schedule"):
+        AlgorithmConfig(kl_adaptive_lr=True, target_kl_div=0.01, lr_schedule=[(0, 1e-3)])
+
+
+def test_model_and_model_cls_are_mutually_exclusive() -> None:
+    with pytest.raises(ValueError, match="model and model_cls are mutually exclusive"):
+        AlgorithmConfig(model=torch.nn.Linear(1, 1), model_cls=torch.nn.Linear)
+
+
+def test_auto_device_picks_cuda_only_when_present_and_explicit_devices_are_honoured() -> None:
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("cuda:1") == torch.device("cuda:1")
+
+
+def test_defaults_follow_rl8_except_episode_resets() -> None:
+    config = AlgorithmConfig()
+    assert (config.horizon, config.num_envs, config.num_sgd_iters, config.clip_param) == (32, 8192, 4, 0.2)
+    assert config.horizons_per_env_reset == -1
+    assert config.optimizer_kwargs == {"lr": 1e-3}

@@ -1,0 +1,156 @@
+"""The env protocol: bad env outputs and limits raise clear errors at build or collect."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import pytest
+import torch
+from tensordict import TensorDict
+from torchrl.data import Categorical, Unbounded
+
+from rlx import AlgorithmConfig, EnvOutputError
+from rlx.env import Env, check_env_limits
+
+
+class ConfigurableEnv(Env):
+    """A 3-feature env whose outputs can be broken one at a time through class attributes."""
+
+    reset_obs_shape: ClassVar[tuple[int, ...] | None] = None
+    step_obs_shape: ClassVar[tuple[int, ...] | None] = None
+    rewards_shape: ClassVar[tuple[int, ...] | None] = None
+    drop_key: ClassVar[str | None] = None
+    truncates: ClassVar[bool] = False
+    nan_reward_at: ClassVar[int | None] = None
+    inf_obs_at: ClassVar[int | None] = None
+
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.observation_spec = Unbounded(shape=(3,), device=self.device)
+        self.action_spec = Categorical(2, device=self.device)
+        self.t = 0
+
+    def reset(self, *, config: dict | None = None) -> torch.Tensor:
+        self.t = 0
+        return torch.zeros(self.num_envs, *(self.reset_obs_shape or (3,)))
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        self.t += 1
+        B = self.num_envs
+        obs = torch.zeros(B, *(self.step_obs_shape or (3,)))
+        rewards = torch.ones(*(self.rewards_shape or (B, 1)))
+        if self.nan_reward_at is not None and self.t == self.nan_reward_at:
+            rewards[B - 1] = float("nan")
+        if self.inf_obs_at is not None and self.t == self.inf_obs_at:
+            obs[0, 2] = float("inf")
+        out = {"obs": obs, "rewards": rewards, "terminated": torch.zeros(B, 1, dtype=torch.bool)}
+        if self.truncates:
+            out["truncated"] = torch.zeros(B, 1, dtype=torch.bool)
+        if self.drop_key is not None:
+            del out[self.drop_key]
+        return TensorDict(out, batch_size=[B])
+
+
+def _env(**attrs: Any) -> type[ConfigurableEnv]:
+    return type("BrokenEnv", (ConfigurableEnv,), attrs)
+
+
+def _build(env_cls, **kwargs):
+    return AlgorithmConfig(num_envs=4, horizon=5, device="cpu", seed=0, model_config={"hiddens": [8]}, **kwargs).build(env_cls)
+
+
+def test_wrong_obs_shape_from_reset_names_shapes() -> None:
+    with pytest.raises(EnvOutputError, match=r"reset\(\).*'obs' has shape \[4, 5\], expected \[4, 3\]"):
+        _build(_env(reset_obs_shape=(5,)))
+
+
+def test_wrong_obs_shape_from_step_names_shapes() -> None:
+    with pytest.raises(EnvOutputError, match=r"step\(\).*'obs' has shape \[4, 2\], expected \[4, 3\]"):
+        _build(_env(step_obs_shape=(2,)))
+
+
+def test_rewards_without_the_trailing_dim_are_rejected() -> None:
+    with pytest.raises(EnvOutputError, match=r"'rewards' has shape \[4\], expected \[4, 1\]"):
+        _build(_env(rewards_shape=(4,)))
+
+
+def test_missing_rewards_key_is_named() -> None:
+    with pytest.raises(EnvOutputError, match="required key 'rewards' is missing"):
+        _build(_env(drop_key="rewards"))
+
+
+def test_truncated_without_final_obs_is_rejected() -> None:
+    with pytest.raises(EnvOutputError, match="'truncated' but no 'final_obs'"):
+        _build(_env(truncates=True))
+
+
+def test_nan_rewards_raise_at_the_first_collect_with_their_location() -> None:
+    algo = _build(_env(nan_reward_at=3))
+    with pytest.raises(ValueError, match=r"non-finite value nan in 'rewards'.*env 3, step 2"):
+        algo.collect()
+
+
+def test_inf_observations_raise_at_the_first_collect_with_their_location() -> None:
+    algo = _build(_env(inf_obs_at=2))
+    with pytest.raises(ValueError, match=r"non-finite value inf in 'obs'.*env 0, step 1"):
+        algo.collect()
+
+
+class LimitedEnv(ConfigurableEnv):
+    max_num_envs: ClassVar[int] = 4
+    max_horizon: ClassVar[int] = 5
+
+
+def test_env_limits_raise_instead_of_clamping() -> None:
+    with pytest.raises(ValueError, match=r"num_envs=8 exceeds LimitedEnv.max_num_envs=4"):
+        AlgorithmConfig(num_envs=8, horizon=5, device="cpu").build(LimitedEnv)
+    with pytest.raises(ValueError, match=r"horizon=6 exceeds LimitedEnv.max_horizon=5"):
+        AlgorithmConfig(num_envs=4, horizon=6, device="cpu").build(LimitedEnv)
+    algo = AlgorithmConfig(num_envs=4, horizon=5, device="cpu", model_config={"hiddens": [8]}).build(LimitedEnv)
+    assert algo.env.num_envs == 4 and algo.env.horizon == 5
+
+
+def test_limits_apply_to_env_classes_that_do_not_subclass_env() -> None:
+    class Foreign:
+        max_num_envs = 2
+
+    check_env_limits(Foreign, 2, 100)
+    with pytest.raises(ValueError, match="max_num_envs=2"):
+        check_env_limits(Foreign, 3, None)
+
+
+def test_algo_env_is_the_env_instance() -> None:
+    algo = _build(ConfigurableEnv)
+    assert isinstance(algo.env, ConfigurableEnv) and algo.env.num_envs == 4
+
+
+class Rl8StyleEnv:
+    """Written for rl8's protocol: no rlx base class, obs and rewards only."""
+
+    max_num_envs = 1024
+    max_horizon = 64
+
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+        self.num_envs, self.horizon, self.device = num_envs, horizon, device
+        self.observation_spec = Unbounded(1, device=device)
+        self.action_spec = Categorical(2, shape=torch.Size([1]), device=device)
+
+    def reset(self, *, config: dict | None = None) -> torch.Tensor:
+        self.state = torch.empty(self.num_envs, 1, device=self.device).uniform_(-10, 10)
+        return self.state
+
+    def step(self, action: torch.Tensor) -> TensorDict:
+        self.state = self.state + 2 * action - 1
+        return TensorDict({"obs": self.state, "rewards": -self.state.abs()}, batch_size=self.num_envs)
+
+
+def test_rl8_style_env_builds_and_learns_unchanged() -> None:
+    algo = AlgorithmConfig(
+        num_envs=64, horizon=16, device="cpu", seed=0, model_config={"hiddens": [32]},
+        optimizer_config={"lr": 3e-3}, normalize_obs=True,
+    ).build(Rl8StyleEnv)
+    first = algo.collect()["rewards/mean"]
+    for _ in range(30):
+        algo.step()
+        last = algo.collect()["rewards/mean"]
+    assert last > first + 1.0

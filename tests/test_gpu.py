@@ -1,0 +1,70 @@
+"""CUDA: collect() and step() run without host syncs beyond the documented ones.
+
+The documented syncs (one stats transfer per collect and per step, one per epoch for KL
+early stopping) run inside ``rlx._sync.allowed_sync``; everything else here runs under
+``torch.cuda.set_sync_debug_mode("error")``, so a new sync anywhere fails the test.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlx import AlgorithmConfig
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA"),
+]
+
+
+def _run_without_syncs(algo, iterations: int = 2) -> list[dict[str, float]]:
+    algo.collect()  # warm-up: lazy CUDA init, allocator, cuBLAS handles
+    algo.step()
+    torch.cuda.synchronize()
+    stats = []
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(iterations):
+            stats.append(algo.collect())
+            stats.append(algo.step())
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+    return stats
+
+
+@pytest.mark.parametrize(
+    "env_name, extra",
+    [
+        ("CartPole", {}),
+        ("CartPole", {"sgd_minibatch_size": 512, "normalize_obs": True, "target_kl_div": 0.02}),
+        ("CartPole", {"enable_amp": True, "sgd_minibatch_size": 1024, "accumulate_grads": True}),
+        ("Pendulum", {"sgd_minibatch_size": 1024, "kl_adaptive_lr": True, "target_kl_div": 0.01}),
+        ("DiscreteDummyEnv", {"lr_schedule": [(0, 1e-3), (10_000, 1e-4)], "entropy_coeff": 0.01}),
+    ],
+)
+def test_collect_and_step_do_not_sync_on_cuda(env_name: str, extra: dict) -> None:
+    import rlx.envs
+
+    env_cls = getattr(rlx.envs, env_name)
+    algo = AlgorithmConfig(num_envs=256, horizon=16, device="cuda", seed=0, **extra).build(env_cls)
+    for stats in _run_without_syncs(algo):
+        assert all(isinstance(v, float) for v in stats.values())
+
+
+def test_same_seed_same_stats_on_cuda() -> None:
+    from rlx.envs import CartPole
+
+    runs = []
+    for _ in range(2):
+        algo = AlgorithmConfig(num_envs=128, horizon=8, device="cuda", seed=3).build(CartPole)
+        runs.append(algo.collect()["rewards/mean"])
+    assert runs[0] == runs[1]
+
+
+def test_cuda_buffer_and_policy_live_on_the_device() -> None:
+    from rlx.envs import CartPole
+
+    algo = AlgorithmConfig(num_envs=64, horizon=8, device="cuda").build(CartPole)
+    assert all(t.is_cuda for t in algo.buffer.values(include_nested=True, leaves_only=True))
+    assert all(p.is_cuda for p in algo.policy.parameters())
