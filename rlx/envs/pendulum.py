@@ -44,10 +44,11 @@ class Pendulum(Env):
         self.action_spec = Bounded(-self.max_torque, self.max_torque, shape=(1,), device=self.device)
         self.state = torch.zeros(num_envs, 2, device=self.device)  # [theta, theta_dot]
         self.steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        # Made once: a host-to-device tensor per step would sync.
+        self._reset_high = torch.tensor([math.pi, 1.0], device=self.device)
 
     def _initial_states(self) -> torch.Tensor:
-        high = torch.tensor([math.pi, 1.0], device=self.device)
-        return (2.0 * torch.rand(self.num_envs, 2, device=self.device) - 1.0) * high
+        return (2.0 * torch.rand(self.num_envs, 2, device=self.device) - 1.0) * self._reset_high
 
     @staticmethod
     def _obs(state: torch.Tensor) -> torch.Tensor:
