@@ -25,6 +25,8 @@ _EXPORTS = {
     "Algorithm": "rlx.algorithms.base",
     "PPO": "rlx.algorithms.ppo",
     "AlgorithmConfig": "rlx.config",
+    "NPGConfig": "rlx.config",
+    "NPG": "rlx.algorithms.npg",
     "CommonConfig": "rlx.config",
     "ConfigError": "rlx.config",
     "Env": "rlx.env",
@@ -35,8 +37,9 @@ __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
     from rlx.algorithms.base import Algorithm
+    from rlx.algorithms.npg import NPG
     from rlx.algorithms.ppo import PPO
-    from rlx.config import AlgorithmConfig, CommonConfig, ConfigError
+    from rlx.config import AlgorithmConfig, CommonConfig, ConfigError, NPGConfig
     from rlx.env import Env, EnvOutputError
     from rlx.gae import generalized_advantage_estimate
 

@@ -21,10 +21,11 @@ from rlx.distributions import Distribution
 from rlx.schedulers import ScheduleKind, check_schedule
 
 if TYPE_CHECKING:
+    from rlx.algorithms.npg import NPG
     from rlx.algorithms.ppo import PPO
     from rlx.env import EnvFactory
 
-__all__ = ["AlgorithmConfig", "CommonConfig", "ConfigError", "config_dataclass"]
+__all__ = ["AlgorithmConfig", "CommonConfig", "ConfigError", "NPGConfig", "config_dataclass"]
 
 
 class ConfigError(ValueError, TypeError):
@@ -300,5 +301,92 @@ class AlgorithmConfig(CommonConfig):
         from rlx.algorithms.ppo import PPO
 
         algo = PPO(env_cls, self)
+        algo.validate()
+        return algo
+
+
+@config_dataclass
+class NPGConfig(CommonConfig):
+    """Config of rlx's natural policy gradient (Kakade, 2001) and TRPO (Schulman et al., 2015).
+
+    One natural step per collected batch: ``g`` is the gradient of the surrogate
+    ``mean(ratio * A)`` on the whole batch, ``F`` the Fisher of the policy (the Hessian
+    of ``mean KL(π_old || π)``), and ``x`` solves ``(F + damping I) x = g`` by conjugate
+    gradient. The critic regresses on the λ-returns with ``optimizer_cls``.
+
+    Example:
+        >>> from rlx import NPGConfig
+        >>> from rlx.envs import CartPole
+        >>> algo = NPGConfig(num_envs=64, horizon=32, device="cpu").build(CartPole)
+        >>> collect_stats = algo.collect()
+        >>> step_stats = algo.step()
+    """
+
+    #: Trust region δ: the mean KL(old || new) a ``"kl"`` step aims at, and the bound
+    #: the line search enforces.
+    max_kl: float = 0.01
+    #: ``"kl"``: θ += sqrt(2δ / xᵀ(F + damping I)x) · x, a step whose quadratic KL
+    #: estimate is δ whatever the scale of the advantages. ``"fixed"``: θ +=
+    #: ``trust_region_size`` · x, tianshou's NPG rule, kept for compatibility; its KL
+    #: grows with the square of the advantage scale, so it is no trust region.
+    step_size_rule: Literal["kl", "fixed"] = "kl"
+    #: The step multiplier of ``step_size_rule="fixed"`` (not a KL bound).
+    trust_region_size: float = 0.5
+    #: Damping λ >= 0 added to the Fisher: CG solves (F + λ I) x = g.
+    damping: float = 0.1
+    #: Conjugate-gradient iterations (a fixed count; converged iterations are frozen).
+    cg_iters: int = 10
+    #: CG stops updating once the squared residual is below this.
+    cg_residual_tol: float = 1e-10
+    #: Fraction in (0, 1] of the batch used for Fisher-vector products and the line
+    #: search; the gradient always uses the whole batch.
+    fvp_subsample: float = 0.2
+    #: TRPO: backtrack along the natural step until the KL is within ``max_kl`` and the
+    #: surrogate improves; all candidates are evaluated in one batched pass.
+    line_search: bool = False
+    #: Candidates are ``backtrack_coeff ** k`` times the step for k = 0..max_backtracks.
+    max_backtracks: int = 10
+    #: Shrink factor in (0, 1) between line-search candidates.
+    backtrack_coeff: float = 0.8
+    #: Epochs of critic regression per step.
+    optim_critic_iters: int = 5
+    #: Critic minibatch size; ``None`` is the whole buffer.
+    critic_minibatch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_float(self, "max_kl", low=0.0, low_open=True)
+        if self.step_size_rule not in ("kl", "fixed"):
+            _fail(self, "step_size_rule", f"must be 'kl' or 'fixed', got {self.step_size_rule!r}")
+        _check_float(self, "trust_region_size", low=0.0, low_open=True)
+        _check_float(self, "damping", low=0.0)
+        _check_int(self, "cg_iters")
+        _check_float(self, "cg_residual_tol", low=0.0)
+        _check_float(self, "fvp_subsample", low=0.0, high=1.0, low_open=True)
+        _check_bool(self, "line_search")
+        _check_int(self, "max_backtracks", minimum=0)
+        _check_float(self, "backtrack_coeff", low=0.0, high=1.0, low_open=True)
+        if self.backtrack_coeff == 1.0:
+            _fail(self, "backtrack_coeff", "must be < 1, got 1.0")
+        _check_int(self, "optim_critic_iters")
+        _check_int(self, "critic_minibatch_size", allow_none=True)
+        if self.critic_minibatch_size is not None and self.critic_minibatch_size > self.buffer_size:
+            _fail(
+                self,
+                "critic_minibatch_size",
+                f"{self.critic_minibatch_size} is larger than the buffer "
+                f"(num_envs * horizon = {self.num_envs} * {self.horizon} = {self.buffer_size})",
+            )
+
+    @property
+    def fvp_batch_size(self) -> int:
+        """Samples used for Fisher-vector products: ``ceil(fvp_subsample * N)``."""
+        return max(1, math.ceil(self.fvp_subsample * self.buffer_size))
+
+    def build(self, env_cls: EnvFactory) -> NPG:
+        """Build the NPG algorithm for ``env_cls`` and validate it against the env's specs."""
+        from rlx.algorithms.npg import NPG
+
+        algo = NPG(env_cls, self)
         algo.validate()
         return algo

@@ -55,7 +55,8 @@ class Distribution(ABC):
         self, params: Tensor, action_spec: TensorSpec, *, action_mask: Tensor | None = None
     ) -> None:
         self.action_spec = action_spec
-        self.params = params.float()
+        # Half-precision parameters (under autocast) are upcast; float64 stays float64.
+        self.params = params.float() if params.dtype in (torch.float16, torch.bfloat16) else params
 
     @classmethod
     @abstractmethod
@@ -90,6 +91,18 @@ class Distribution(ABC):
     def env_actions(self, actions: Tensor) -> Tensor:
         """Map buffer actions to what the env receives (identity unless bounded)."""
         return actions
+
+    def fisher_product(self, u: Tensor) -> Tensor:
+        """``M u`` per observation: the Fisher information of the distribution with
+        respect to its own flat parameters, times ``u`` (``[N, P] -> [N, P]``).
+
+        ``M`` is the Hessian of ``KL(self || p(params + e))`` in ``e`` at ``e = 0``, so
+        ``Jᵀ M J`` (``J`` the Jacobian of the parameters in the network weights) is the
+        Gauss-Newton form of the policy's Fisher matrix, used by natural gradients.
+        Distributions without a closed form raise ``NotImplementedError``, and NPG then
+        falls back to double backpropagation through :meth:`kl`.
+        """
+        raise NotImplementedError
 
 
 class Categorical(Distribution):
@@ -147,6 +160,13 @@ class Categorical(Distribution):
     def kl(self, other: Distribution) -> Tensor:
         assert isinstance(other, Categorical)
         return self._plogp(self.log_probs - other.log_probs).sum(dim=(1, 2)).unsqueeze(-1)
+
+    def fisher_product(self, u: Tensor) -> Tensor:
+        # Per head, the Fisher of softmax logits is diag(p) - p pᵀ; masked entries have
+        # p = 0 and drop out.
+        p = self.log_probs.exp()  # [N, k, n]
+        u = u.reshape(p.shape)
+        return (p * (u - (p * u).sum(-1, keepdim=True))).reshape(u.shape[0], -1)
 
 
 def _nvec(action_spec: TensorSpec) -> list[int]:
@@ -215,6 +235,13 @@ class MultiCategorical(Distribution):
         assert isinstance(other, MultiCategorical)
         return self._sum_plogq([p - q for p, q in zip(self.log_probs, other.log_probs)])
 
+    def fisher_product(self, u: Tensor) -> Tensor:
+        out = []
+        for lp, u_head in zip(self.log_probs, torch.split(u, self._nvec, dim=-1)):
+            p = lp.exp()
+            out.append(p * (u_head - (p * u_head).sum(-1, keepdim=True)))
+        return torch.cat(out, dim=-1)
+
 
 class Normal(Distribution):
     """Diagonal Gaussian with a state-independent log-std, for continuous actions.
@@ -240,7 +267,7 @@ class Normal(Distribution):
         return a, a
 
     def _flat(self, actions: Tensor) -> Tensor:
-        return actions.reshape(actions.shape[0], -1).float()
+        return actions.reshape(actions.shape[0], -1).to(self.params.dtype)
 
     def sample(self) -> Tensor:
         x = self.mean + self.std * torch.randn_like(self.mean)
@@ -261,6 +288,14 @@ class Normal(Distribution):
         var_ratio = (self.std / other.std).square()
         mean_term = ((self.mean - other.mean) / other.std).square()
         return 0.5 * (var_ratio + mean_term - 1.0 - var_ratio.log()).sum(-1, keepdim=True)
+
+    def fisher_product(self, u: Tensor) -> Tensor:
+        # Fisher of (mean, log_std): 1/σ² for the mean and 2 for the log-std, which
+        # has no effect where the clamp holds it at a bound.
+        u_mean, u_log_std = u.chunk(2, dim=-1)
+        raw_log_std = self.params.chunk(2, dim=-1)[1]
+        inside = (raw_log_std > LOG_STD_MIN) & (raw_log_std < LOG_STD_MAX)
+        return torch.cat([u_mean / self.std.square(), 2.0 * u_log_std * inside], dim=-1)
 
     def env_actions(self, actions: Tensor) -> Tensor:
         if isinstance(self.action_spec, Bounded):

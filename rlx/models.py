@@ -3,6 +3,9 @@
 A model is an ``nn.Module`` built as ``model_cls(observation_spec, action_spec,
 num_params=(S, I), **model_config)`` whose ``forward(obs)`` maps a batch of ``N``
 (already normalized) observations to ``(dist_params [N, S + I], values [N, 1])``.
+Optional methods make it faster: ``value(obs)`` and ``dist_params(obs)`` (one head
+only), and ``actor_parameters()`` / ``critic_parameters()`` for NPG (otherwise NPG finds
+the split by autograd at build, and rejects parameters that both heads use).
 ``(S, I)`` is the distribution's :meth:`~rlx.distributions.Distribution.param_layout`:
 state-dependent and state-independent parameters. ``obs`` is a ``[N, *obs]`` tensor, or
 a TensorDict with batch size ``[N]`` for a ``Composite`` observation spec.
@@ -135,3 +138,15 @@ class MLPActorCritic(nn.Module):
     def value(self, obs: Tensor | TensorDictBase) -> Tensor:
         """Critic only: ``[N, 1]``."""
         return self.critic(flatten_obs(obs, self.observation_spec))
+
+    def dist_params(self, obs: Tensor | TensorDictBase) -> Tensor:
+        """Actor only: ``[N, S + I]``."""
+        return self._params(flatten_obs(obs, self.observation_spec))
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """The parameters that shape the action distribution (NPG's natural step)."""
+        return list(self.actor.parameters()) + ([self.log_std] if self.log_std is not None else [])
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The parameters of the value function (NPG's critic regression)."""
+        return list(self.critic.parameters())

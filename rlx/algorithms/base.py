@@ -8,6 +8,7 @@ it in ONE transfer at the end of the call.
 
 from __future__ import annotations
 
+import copy
 import math
 import time
 from abc import ABC, abstractmethod
@@ -107,7 +108,7 @@ class Algorithm(ABC):
             normalize_obs=config.normalize_obs,
             device=self.device,
         )
-        self.optimizer = config.optimizer_cls(self.policy.model.parameters(), **self._optimizer_kwargs())
+        self.optimizer = config.optimizer_cls(self._optimized_parameters(), **self._optimizer_kwargs())
         self.lr_schedule = Schedule(
             config.lr_schedule, config.lr_schedule_kind, initial=config.optimizer_kwargs["lr"], name="lr_schedule"
         )
@@ -129,6 +130,10 @@ class Algorithm(ABC):
         self._episode_length = torch.zeros(self.num_envs, dtype=torch.float64, device=self.device)
 
     # -- construction helpers ----------------------------------------------------------
+
+    def _optimized_parameters(self) -> list[torch.nn.Parameter]:
+        """The parameters the first-order optimizer updates (all of the model's)."""
+        return list(self.policy.model.parameters())
 
     def _optimizer_kwargs(self) -> dict[str, Any]:
         kwargs = dict(self.config.optimizer_kwargs)
@@ -391,6 +396,16 @@ class Algorithm(ABC):
 
     # -- shared parts of step ------------------------------------------------------------
 
+    def _optimizer_step(self, params: list[torch.nn.Parameter]) -> None:
+        """Clip (after unscaling AMP gradients), step the optimizer, clear gradients."""
+        scaler = self.grad_scaler
+        if self.config.max_grad_norm is not None:
+            scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=True)
+        scaler.step(self.optimizer)
+        scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+
     def _check_buffered(self) -> None:
         if not self._buffered:
             raise RuntimeError(
@@ -466,7 +481,9 @@ class Algorithm(ABC):
             state["rng"]["cuda"] = torch.cuda.get_rng_state(self.device)
         if callable(getattr(self.env, "state_dict", None)):
             state["env"] = self.env.state_dict()
-        return state
+        # A snapshot: module and optimizer state dicts alias the live tensors, which the
+        # next step() would change under the caller.
+        return copy.deepcopy(state)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output into this (freshly built) algorithm."""

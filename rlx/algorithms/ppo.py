@@ -9,13 +9,12 @@ the returned statistics.
 
 from __future__ import annotations
 
-import math
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from tensordict import TensorDictBase
-from torch import Tensor, nn
+from torch import Tensor
 
 from rlx._sync import allowed_sync
 from rlx.algorithms.base import Algorithm
@@ -215,15 +214,6 @@ class PPO(Algorithm):
             "coefficients/vf": float(cfg.vf_coeff),
             "profiling/step_ms": 1e3 * (time.perf_counter() - start),
         }
-
-    def _optimizer_step(self, params: list[nn.Parameter]) -> None:
-        scaler = self.grad_scaler
-        if self.config.max_grad_norm is not None:
-            scaler.unscale_(self.optimizer)
-            nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=True)
-        scaler.step(self.optimizer)
-        scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
 
     def _adapt_lr(self, kl: float) -> None:
         target = self.config.target_kl_div

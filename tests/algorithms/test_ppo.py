@@ -210,3 +210,15 @@ def test_reward_normalization_divides_by_the_running_return_std(scripted_env) ->
     unscaled.buffer["rewards"].div_(scale)
     unscaled.step()
     assert_close(unscaled.buffer["advantages"], expected_advantages)
+
+
+def test_state_dict_is_a_snapshot_that_later_steps_do_not_change(scripted_env) -> None:
+    algo = _config().build(scripted_env)
+    algo.collect()
+    algo.step()
+    state = algo.state_dict()
+    saved = {k: v.clone() for k, v in state["policy"].items()}
+    algo.collect()
+    algo.step()
+    assert all(torch.equal(state["policy"][k], v) for k, v in saved.items())
+    assert not all(torch.equal(a, b) for a, b in zip(algo.policy.state_dict().values(), saved.values()))

@@ -1,0 +1,222 @@
+"""NPG / TRPO step(): trust-region behaviour, line search, fallback FVP, state, learning."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from torch import nn
+from torch.testing import assert_close
+
+from rlx import NPGConfig
+from rlx.algorithms.npg import split_actor_critic
+from rlx.distributions import Categorical, Distribution
+from rlx.envs import CartPole, Pendulum
+
+NPG_KEYS = [
+    "losses/policy", "losses/vf", "losses/entropy", "losses/total", "monitors/kl_div", "monitors/lr",
+    "npg/step_size", "npg/cg_residual", "npg/surrogate_gain", "npg/line_search_backtracks", "profiling/step_ms",
+]
+
+
+def _config(**kwargs) -> NPGConfig:
+    base = dict(num_envs=16, horizon=16, device="cpu", seed=0, model_config={"hiddens": [16, 16]}, gamma=0.99)
+    base.update(kwargs)
+    return NPGConfig(**base)
+
+
+def _actor(algo) -> list[torch.Tensor]:
+    return [p.detach().clone() for p in algo.actor_params]
+
+
+def _batch(algo):
+    """Collect, compute GAE, and return the flat batch the natural step uses."""
+    algo.collect()
+    algo._compute_advantages()
+    batch = algo._flat_batch()
+    adv = batch["advantages"]
+    return batch["obs"], batch["actions"], batch["logp"], (adv - adv.mean()) / adv.std()
+
+
+def _kl_after_step(algo, batch, scale: float = 1.0) -> float:
+    before = _actor(algo)
+    obs, actions, logp, adv = batch
+    stats = algo._natural_step(obs, actions, logp, adv * scale)
+    for p, b in zip(algo.actor_params, before):  # restore for the next measurement
+        p.data.copy_(b)
+    return stats[2].item()
+
+
+@pytest.mark.parametrize("env_cls", [CartPole, Pendulum])
+def test_npg_step_returns_the_stats_contract(env_cls) -> None:
+    algo = _config().build(env_cls)
+    algo.collect()
+    stats = algo.step()
+    assert sorted(stats) == sorted(NPG_KEYS)
+    assert all(isinstance(v, float) and math.isfinite(v) for v in stats.values())
+    assert stats["npg/line_search_backtracks"] == 0.0
+
+
+# A small model on a larger batch keeps the Fisher well conditioned; at small δ the
+# quadratic model of the KL is accurate, so the step lands on δ (the ratio tends to 1 as
+# δ shrinks: about 1.09, 1.03, 1.007 at δ = 1e-4, 1e-5, 1e-6 for CartPole).
+UNDAMPED = dict(damping=0.0, fvp_subsample=1.0, cg_iters=10, num_envs=64, model_config={"hiddens": [8]})
+
+
+@pytest.mark.parametrize("env_cls", [CartPole, Pendulum])
+def test_kl_rule_step_lands_on_the_trust_region_when_undamped(env_cls) -> None:
+    algo = _config(max_kl=1e-5, **UNDAMPED).build(env_cls)
+    kl = _kl_after_step(algo, _batch(algo))
+    assert kl == pytest.approx(1e-5, rel=0.05)
+
+
+def test_kl_rule_step_stays_inside_the_trust_region_when_damped() -> None:
+    algo = _config(damping=0.1, fvp_subsample=1.0, max_kl=1e-3).build(CartPole)
+    kl = _kl_after_step(algo, _batch(algo))
+    assert 0 < kl <= 1e-3
+
+
+def test_kl_rule_ignores_the_advantage_scale_and_fixed_rule_does_not() -> None:
+    algo = _config(max_kl=1e-5, **UNDAMPED).build(CartPole)
+    batch = _batch(algo)
+    assert _kl_after_step(algo, batch, 5.0) == pytest.approx(_kl_after_step(algo, batch, 1.0), rel=1e-3)
+    fixed = _config(step_size_rule="fixed", trust_region_size=0.01, damping=0.1, fvp_subsample=1.0).build(CartPole)
+    batch = _batch(fixed)
+    ratio = _kl_after_step(fixed, batch, 5.0) / _kl_after_step(fixed, batch, 1.0)
+    assert ratio == pytest.approx(25.0, rel=0.1)
+
+
+def test_failed_line_search_leaves_every_parameter_bit_identical() -> None:
+    algo = _config(line_search=True, step_size_rule="fixed", trust_region_size=1e6, max_backtracks=3).build(CartPole)
+    algo.collect()
+    before = [p.detach().clone() for p in algo.actor_params]
+    stats = algo.step()
+    assert stats["npg/line_search_backtracks"] == -1.0
+    assert stats["npg/step_size"] == 0.0 and stats["monitors/kl_div"] == 0.0
+    assert all(torch.equal(p, b) for p, b in zip(algo.actor_params, before))
+
+
+def test_accepted_line_search_step_is_within_the_trust_region_and_improves() -> None:
+    algo = _config(line_search=True, step_size_rule="fixed", trust_region_size=5.0, fvp_subsample=1.0, max_kl=0.01).build(
+        CartPole
+    )
+    accepted = 0
+    for _ in range(4):
+        algo.collect()
+        stats = algo.step()
+        if stats["npg/line_search_backtracks"] >= 0:
+            accepted += 1
+            assert stats["monitors/kl_div"] <= 0.01
+            assert stats["npg/surrogate_gain"] > 0
+    assert accepted > 0
+
+
+def test_double_backprop_fallback_gives_the_same_step_as_the_analytic_fisher() -> None:
+    class NoClosedForm(Categorical):
+        fisher_product = Distribution.fisher_product
+
+    results = []
+    for dist_cls in (None, NoClosedForm):
+        algo = _config(distribution_cls=dist_cls, fvp_subsample=0.5).build(CartPole)
+        algo.collect()
+        stats = algo.step()
+        results.append((_actor(algo), stats["monitors/kl_div"]))
+    for a, b in zip(results[0][0], results[1][0]):
+        assert_close(a, b, atol=1e-5, rtol=1e-4)
+    assert results[0][1] == pytest.approx(results[1][1], rel=1e-3)
+
+
+def test_natural_step_runs_in_float32_under_amp_and_the_critic_trains() -> None:
+    algo = _config(enable_amp=True, critic_minibatch_size=64).build(Pendulum)
+    algo.collect()
+    critic_before = [p.detach().clone() for p in algo.critic_params]
+    stats = algo.step()
+    assert math.isfinite(stats["monitors/kl_div"]) and stats["npg/step_size"] > 0
+    assert all(p.dtype == torch.float32 for p in algo.actor_params)
+    assert not all(torch.equal(p, b) for p, b in zip(algo.critic_params, critic_before))
+
+
+def test_npg_state_dict_resumes_exactly() -> None:
+    config = _config(normalize_obs=True, line_search=True)
+    algo = config.build(CartPole)
+    for _ in range(2):
+        algo.collect()
+        algo.step()
+    state = algo.state_dict()
+    timing = lambda s: {k: v for k, v in s.items() if not k.startswith("profiling/")}
+    expected = [(timing(algo.collect()), timing(algo.step())) for _ in range(2)]
+    resumed = config.build(CartPole)
+    resumed.load_state_dict(state)
+    assert [(timing(resumed.collect()), timing(resumed.step())) for _ in range(2)] == expected
+
+
+def test_shared_trunk_models_are_rejected() -> None:
+    class SharedTrunk(nn.Module):
+        def __init__(self, observation_spec, action_spec, /, *, num_params):
+            super().__init__()
+            self.trunk = nn.Linear(4, 8)
+            self.pi = nn.Linear(8, sum(num_params))
+            self.v = nn.Linear(8, 1)
+
+        def forward(self, obs):
+            h = torch.tanh(self.trunk(obs))
+            return self.pi(h), self.v(h)
+
+    with pytest.raises(ValueError, match=r"model: NPG needs separate actor and critic parameters, but \['trunk"):
+        _config(model_cls=SharedTrunk, model_config=None).build(CartPole)
+
+
+def test_actor_critic_split_by_autograd_for_models_without_the_methods() -> None:
+    class TwoHeads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.pi, self.v = nn.Linear(4, 2), nn.Linear(4, 1)
+
+        def forward(self, obs):
+            return self.pi(obs), self.v(obs)
+
+    model = TwoHeads()
+    actor, critic = split_actor_critic(model, torch.randn(2, 4))
+    assert {id(p) for p in actor} == {id(p) for p in model.pi.parameters()}
+    assert {id(p) for p in critic} == {id(p) for p in model.v.parameters()}
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [
+        ("damping", -0.1),
+        ("cg_iters", 0),
+        ("max_kl", 0.0),
+        ("max_kl", -1.0),
+        ("fvp_subsample", 0.0),
+        ("fvp_subsample", 1.5),
+        ("backtrack_coeff", 0.0),
+        ("backtrack_coeff", 1.0),
+        ("step_size_rule", "adaptive"),
+        ("optim_critic_iters", 0),
+        ("critic_minibatch_size", 10_000),
+    ],
+)
+def test_bad_npg_fields_raise_naming_the_field(field: str, value) -> None:
+    with pytest.raises(ValueError, match=rf"NPGConfig\.{field}"):
+        _config(**{field: value})
+
+
+@pytest.mark.slow
+def test_npg_solves_cartpole_within_300k_env_steps() -> None:
+    from rlx.examples.cartpole import SOLVED_LENGTH
+
+    algo = NPGConfig(
+        num_envs=32, horizon=64, device="cpu", seed=0, gamma=0.99, max_kl=0.02,
+        model_config={"hiddens": [64, 64], "activation_fn": "tanh"}, optimizer_config={"lr": 3e-3},
+    ).build(CartPole)
+    best = 0.0
+    while algo.env_steps < 300_000:
+        length = algo.collect()["episodes/length_mean"]
+        algo.step()
+        if not math.isnan(length):
+            best = max(best, length)
+            if length >= SOLVED_LENGTH:
+                break
+    assert best >= SOLVED_LENGTH, f"best {best:.1f} after {algo.env_steps} env steps"
