@@ -36,12 +36,12 @@ def test_categorical_matches_torch_per_head(shape: tuple[int, ...]) -> None:
     actions = dist.sample()
     assert actions.shape == (N, *shape)
     assert dist.log_prob(actions).shape == (N, 1)
-    assert_close(dist.log_prob(actions), ref.log_prob(actions.reshape(N, k)).sum(-1, keepdim=True).float())
-    assert_close(dist.entropy(), ref.entropy().sum(-1, keepdim=True).float())
+    assert_close(dist.log_prob(actions), ref.log_prob(actions.reshape(N, k)).sum(-1, keepdim=True))
+    assert_close(dist.entropy(), ref.entropy().sum(-1, keepdim=True))
     other_params = torch.randn_like(params)
     other = Categorical(other_params, spec)
     ref_other = td.Categorical(logits=other_params.view(N, k, 5))
-    assert_close(dist.kl(other), td.kl_divergence(ref, ref_other).sum(-1, keepdim=True).float())
+    assert_close(dist.kl(other), td.kl_divergence(ref, ref_other).sum(-1, keepdim=True))
     assert_close(dist.mode(), params.view(N, k, 5).argmax(-1).reshape(N, *shape))
 
 
@@ -74,14 +74,14 @@ def test_multicategorical_is_a_sum_of_independent_heads() -> None:
     actions = dist.sample()
     assert actions.shape == (N, 3)
     ref_logp = sum(h.log_prob(actions[:, i]) for i, h in enumerate(heads)).unsqueeze(-1)
-    assert_close(dist.log_prob(actions), ref_logp.float())
-    assert_close(dist.entropy(), sum(h.entropy() for h in heads).unsqueeze(-1).float())
+    assert_close(dist.log_prob(actions), ref_logp)
+    assert_close(dist.entropy(), sum(h.entropy() for h in heads).unsqueeze(-1))
     other_params = torch.randn_like(params)
     other = MultiCategorical(other_params, spec)
     ref_kl = sum(
         td.kl_divergence(h, td.Categorical(logits=x)) for h, x in zip(heads, other_params.split([2, 3, 4], -1))
     )
-    assert_close(dist.kl(other), ref_kl.unsqueeze(-1).float())
+    assert_close(dist.kl(other), ref_kl.unsqueeze(-1))
 
 
 def test_multicategorical_mask_applies_per_head() -> None:
@@ -101,8 +101,8 @@ def test_normal_matches_torch_and_logp_is_on_the_unclipped_sample(spec) -> None:
     ref = td.Normal(mean, log_std.exp())
     actions = dist.sample()
     assert actions.shape == (N, 3)
-    assert_close(dist.log_prob(actions), ref.log_prob(actions.double()).sum(-1, keepdim=True).float())
-    assert_close(dist.entropy(), ref.entropy().sum(-1, keepdim=True).float())
+    assert_close(dist.log_prob(actions), ref.log_prob(actions.double()).sum(-1, keepdim=True))
+    assert_close(dist.entropy(), ref.entropy().sum(-1, keepdim=True))
     env_actions = dist.env_actions(actions)
     if isinstance(spec, Bounded):
         assert env_actions.abs().max() <= 1.0
@@ -112,7 +112,7 @@ def test_normal_matches_torch_and_logp_is_on_the_unclipped_sample(spec) -> None:
     other_mean, other_log_std = torch.randn_like(mean), 0.5 * torch.randn_like(log_std)
     other = Normal(torch.cat([other_mean, other_log_std], -1), spec)
     ref_kl = td.kl_divergence(ref, td.Normal(other_mean, other_log_std.exp())).sum(-1, keepdim=True)
-    assert_close(dist.kl(other), ref_kl.float())
+    assert_close(dist.kl(other), ref_kl)
 
 
 def test_squashed_normal_includes_the_tanh_log_det() -> None:
@@ -129,7 +129,7 @@ def test_squashed_normal_includes_the_tanh_log_det() -> None:
     env_actions = dist.env_actions(u)
     assert ((env_actions >= torch.tensor([-2.0, 0.0])) & (env_actions <= torch.tensor([2.0, 1.0]))).all()
     ref_logp = ref.log_prob(env_actions.double().clamp(low + 1e-6, high - 1e-6)).sum(-1, keepdim=True)
-    assert_close(dist.log_prob(u), ref_logp.float(), atol=1e-3, rtol=1e-4)
+    assert_close(dist.log_prob(u), ref_logp, atol=1e-3, rtol=1e-4)
 
 
 def test_continuous_distributions_reject_action_masks() -> None:
