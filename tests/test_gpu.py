@@ -52,6 +52,23 @@ def test_collect_and_step_do_not_sync_on_cuda(env_name: str, extra: dict) -> Non
         assert all(isinstance(v, float) for v in stats.values())
 
 
+@pytest.mark.parametrize(
+    "env_name, extra",
+    [
+        ("CartPole", {}),
+        ("CartPole", {"line_search": True, "normalize_obs": True}),
+        ("Pendulum", {"line_search": True, "step_size_rule": "fixed", "enable_amp": True, "critic_minibatch_size": 1024}),
+    ],
+)
+def test_npg_collect_and_step_do_not_sync_on_cuda(env_name: str, extra: dict) -> None:
+    import rlx.envs
+    from rlx import NPGConfig
+
+    algo = NPGConfig(num_envs=256, horizon=16, device="cuda", seed=0, **extra).build(getattr(rlx.envs, env_name))
+    for stats in _run_without_syncs(algo):
+        assert all(isinstance(v, float) for v in stats.values())
+
+
 def test_same_seed_same_stats_on_cuda() -> None:
     from rlx.envs import CartPole
 

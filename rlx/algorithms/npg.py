@@ -227,12 +227,12 @@ class NPG(Algorithm):
             with torch.no_grad():
                 surr_c, kl_c = vmap(evaluate)(candidates)  # [C] each, one batched pass
             ok = (kl_c <= cfg.max_kl) & (surr_c > sub_surr0) & torch.isfinite(surr_c)
-            first = torch.argmax(ok.to(torch.int8))  # the largest acceptable step
+            first = torch.argmax(ok.to(torch.int8)).view(1)  # the largest acceptable step
             accepted = ok.any()
             # torch.where returns theta0's own values when rejected: bit-exact restore.
-            theta_new = torch.where(accepted, candidates[first], theta0)
-            step_size = torch.where(accepted, scales[first], zero)
-            backtracks = torch.where(accepted, first.to(x.dtype), -torch.ones_like(zero))
+            theta_new = torch.where(accepted, candidates.index_select(0, first).squeeze(0), theta0)
+            step_size = torch.where(accepted, scales.index_select(0, first).squeeze(0), zero)
+            backtracks = torch.where(accepted, first.squeeze(0).to(x.dtype), -torch.ones_like(zero))
         else:
             theta_new = theta0 + scale * direction
             step_size, backtracks = scale, zero

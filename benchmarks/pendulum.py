@@ -1,11 +1,11 @@
-"""PPO on the built-in batched Pendulum until the mean episode return reaches -250.
+"""PPO, NPG or TRPO on the built-in batched Pendulum until the mean episode return reaches -250.
 
-    python benchmarks/pendulum_ppo.py [--seeds 0 1 2] [--max-env-steps 2000000] [--threads 2]
+    python benchmarks/pendulum.py --algo {ppo,npg,trpo} [--seeds 0 1 2] [--max-env-steps 2000000]
 
 For each seed, prints the env steps and training wall-clock (imports and build excluded)
 at which the mean return of the episodes that ended in one iteration first reaches the
 threshold, then the medians over the seeds. Results are appended as JSON lines to
-``benchmarks/results/pendulum_ppo.jsonl``.
+``benchmarks/results/pendulum.jsonl``.
 """
 
 from __future__ import annotations
@@ -21,21 +21,42 @@ from pathlib import Path
 
 import torch
 
-from rlx import AlgorithmConfig
+from rlx import AlgorithmConfig, NPGConfig
+from rlx.config import CommonConfig
 from rlx.envs import Pendulum
 
 THRESHOLD = -250.0
 
 
-def pendulum_config(seed: int, device: str = "cpu") -> AlgorithmConfig:
-    """The PPO config this benchmark measures."""
+MODEL = {"hiddens": [64, 64], "activation_fn": "tanh"}
+
+
+def pendulum_config(algo: str, seed: int, device: str = "cpu") -> CommonConfig:
+    """The config this benchmark measures for ``algo``."""
+    if algo in ("npg", "trpo"):
+        return NPGConfig(
+            num_envs=64,
+            horizon=64,
+            max_kl=0.02,
+            line_search=algo == "trpo",
+            optimizer_config={"lr": 1e-3},
+            critic_minibatch_size=1024,
+            optim_critic_iters=5,
+            model_config=MODEL,
+            gamma=0.9,
+            gae_lambda=0.95,
+            max_grad_norm=0.5,
+            normalize_rewards=True,
+            device=device,
+            seed=seed,
+        )
     return AlgorithmConfig(
         num_envs=64,
         horizon=64,
         num_sgd_iters=10,
         sgd_minibatch_size=1024,
         optimizer_config={"lr": 1e-3},
-        model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
+        model_config=MODEL,
         gamma=0.9,
         gae_lambda=0.95,
         clip_param=0.2,
@@ -47,8 +68,8 @@ def pendulum_config(seed: int, device: str = "cpu") -> AlgorithmConfig:
     )
 
 
-def run(seed: int, max_env_steps: int, device: str) -> dict:
-    algo = pendulum_config(seed, device).build(Pendulum)
+def run(algo_name: str, seed: int, max_env_steps: int, device: str) -> dict:
+    algo = pendulum_config(algo_name, seed, device).build(Pendulum)
     start = time.perf_counter()
     best = -math.inf
     while algo.env_steps < max_env_steps:
@@ -60,11 +81,12 @@ def run(seed: int, max_env_steps: int, device: str) -> dict:
                 break
     elapsed = time.perf_counter() - start
     solved = best >= THRESHOLD
-    return {"seed": seed, "solved": solved, "env_steps": algo.env_steps, "train_s": elapsed, "best_return": best}
+    return {"algo": algo_name, "seed": seed, "solved": solved, "env_steps": algo.env_steps, "train_s": elapsed, "best_return": best}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--algo", choices=["ppo", "npg", "trpo"], default="ppo")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--max-env-steps", type=int, default=2_000_000)
     parser.add_argument("--threads", type=int, default=2)
@@ -73,10 +95,10 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     results = []
     for seed in args.seeds:
-        r = run(seed, args.max_env_steps, args.device)
+        r = run(args.algo, seed, args.max_env_steps, args.device)
         results.append(r)
         print(
-            f"seed {seed}: {'solved' if r['solved'] else 'NOT solved'} at {r['env_steps']} env steps, "
+            f"{args.algo} seed {seed}: {'solved' if r['solved'] else 'NOT solved'} at {r['env_steps']} env steps, "
             f"{r['train_s']:.1f} s, best return {r['best_return']:.1f}"
         )
     solved = [r for r in results if r["solved"]]
@@ -87,7 +109,7 @@ def main() -> None:
             f"{statistics.median(r['train_s'] for r in solved):.1f} s"
         )
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    out = Path(__file__).parent / "results" / "pendulum_ppo.jsonl"
+    out = Path(__file__).parent / "results" / "pendulum.jsonl"
     out.parent.mkdir(exist_ok=True)
     with out.open("a") as f:
         for r in results:
