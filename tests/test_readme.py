@@ -34,3 +34,13 @@ def test_readme_quickstart_solves_cartpole() -> None:
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)
     assert namespace["collect_stats"]["episodes/length_mean"] >= 475
+
+
+@pytest.mark.slow
+def test_readme_npg_example_runs_and_improves_pendulum() -> None:
+    block = next(b for b in _python_blocks() if "NPGConfig(" in b)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    algo, stats = namespace["algo"], namespace["stats"]
+    assert 0 < stats["monitors/kl_div"] < 0.1
+    assert algo.collect()["episodes/return_mean"] > -600  # random torques score about -1200
