@@ -43,4 +43,7 @@ def test_readme_npg_example_runs_and_improves_pendulum() -> None:
     exec(compile(block, "README.md", "exec"), namespace)
     algo, stats = namespace["algo"], namespace["stats"]
     assert 0 < stats["monitors/kl_div"] < 0.1
-    assert algo.collect()["episodes/return_mean"] > -600  # random torques score about -1200
+    # Pendulum episodes last 200 steps and started together: within 4 collects of 64
+    # steps every env finishes one. Random torques score about -1200.
+    returns = [algo.collect()["episodes/return_mean"] for _ in range(4)]
+    assert max(r for r in returns if r == r) > -600
