@@ -195,6 +195,17 @@ class CommonConfig:
             _fail(self, "device", f"is not a valid device ({e})")
         _check_int(self, "seed", minimum=0, allow_none=True)
 
+    def _check_minibatch_size(self, field: str) -> None:
+        _check_int(self, field, allow_none=True)
+        size = getattr(self, field)
+        if size is not None and size > self.buffer_size:
+            _fail(
+                self,
+                field,
+                f"{size} is larger than the buffer "
+                f"(num_envs * horizon = {self.num_envs} * {self.horizon} = {self.buffer_size})",
+            )
+
     @property
     def optimizer_kwargs(self) -> dict[str, Any]:
         """Optimizer keyword arguments with rlx's default learning rate filled in."""
@@ -264,14 +275,7 @@ class AlgorithmConfig(CommonConfig):
                 self.entropy_coeff_schedule, self.entropy_coeff_schedule_kind, name="entropy_coeff_schedule"
             )
         _check_int(self, "num_sgd_iters")
-        _check_int(self, "sgd_minibatch_size", allow_none=True)
-        if self.sgd_minibatch_size is not None and self.sgd_minibatch_size > self.buffer_size:
-            _fail(
-                self,
-                "sgd_minibatch_size",
-                f"{self.sgd_minibatch_size} is larger than the buffer "
-                f"(num_envs * horizon = {self.num_envs} * {self.horizon} = {self.buffer_size})",
-            )
+        self._check_minibatch_size("sgd_minibatch_size")
         _check_float(self, "clip_param", low=0.0, low_open=True)
         _check_float(self, "vf_clip_param", low=0.0, low_open=True, allow_none=True)
         _check_float(self, "dual_clip_param", low=1.0, low_open=True, allow_none=True)
@@ -369,14 +373,7 @@ class NPGConfig(CommonConfig):
         if self.backtrack_coeff == 1.0:
             _fail(self, "backtrack_coeff", "must be < 1, got 1.0")
         _check_int(self, "optim_critic_iters")
-        _check_int(self, "critic_minibatch_size", allow_none=True)
-        if self.critic_minibatch_size is not None and self.critic_minibatch_size > self.buffer_size:
-            _fail(
-                self,
-                "critic_minibatch_size",
-                f"{self.critic_minibatch_size} is larger than the buffer "
-                f"(num_envs * horizon = {self.num_envs} * {self.horizon} = {self.buffer_size})",
-            )
+        self._check_minibatch_size("critic_minibatch_size")
 
     @property
     def fvp_batch_size(self) -> int:
