@@ -17,58 +17,112 @@ __all__ = ["CartPole"]
 class CartPole(Env):
     """Balance a pole on a cart (Barto, Sutton and Anderson, 1983), CartPole-v1 physics.
 
-    * Observation ``[B, 4]`` float32: cart position, cart velocity, pole angle (rad),
-      pole angular velocity.
-    * Action ``[B]`` int64 (``[B, 1]`` is accepted too): 0 pushes the cart left, 1 right,
-      with a force of 10 N.
-    * Reward: 1.0 for every step, the last one included.
-    * Terminated: the cart leaves ``[-2.4, 2.4]`` or the pole tilts beyond 12 degrees.
-    * Truncated: the episode reaches ``max_episode_steps`` (500) without terminating.
-    * Reset: every state variable uniform in ``[-0.05, 0.05]``. Sub-envs that end are
-      reset inside ``step``; ``final_obs`` holds their true last observation.
+    * Observation ``[B, 4]`` float32: cart position (m), cart velocity (m/s), pole angle
+      (rad, 0 is upright), pole angular velocity (rad/s).
+    * Action ``[B]`` int64 (``[B, 1]`` is accepted too), ``Categorical(2)``: 0 pushes the
+      cart left, 1 pushes it right, with a force of 10 N.
+    * Reward: 1.0 on every step, the terminating step included (gymnasium's default,
+      ``sutton_barto_reward=False``).
+    * Terminated: after the step the cart is outside ``[-2.4, 2.4]`` or the pole is
+      tilted more than 12 degrees either way.
+    * Truncated: the episode reaches ``max_episode_steps`` (500) steps without
+      terminating; never set together with ``terminated``.
+    * Reset: the four state variables uniform in ``[-0.05, 0.05]``. A sub-env that ends
+      is reset inside ``step``: its ``obs`` is the first observation of the next episode
+      and ``final_obs`` its true last observation.
 
-    Euler integration with a 0.02 s step, as gymnasium's default ``"euler"`` mode.
+    The physics is gymnasium's ``"euler"`` integrator with a 0.02 s step, computed in
+    float32 on the env's device, so it matches gymnasium's float64 simulation to about
+    1e-6 per step.
+
+    Args:
+        num_envs: Number of sub-envs ``B``.
+        horizon: Unused; part of the env constructor protocol.
+        device: Device of the state and of every returned tensor.
     """
 
     graph_safe: ClassVar[bool] = True
+    #: Time limit of an episode, in steps.
     max_episode_steps: ClassVar[int] = 500
 
-    gravity = 9.8
-    cart_mass = 1.0
-    pole_mass = 0.1
-    pole_half_length = 0.5
-    force_mag = 10.0
-    tau = 0.02
-    x_threshold = 2.4
-    theta_threshold = 12 * 2 * math.pi / 360
+    gravity: ClassVar[float] = 9.8
+    cart_mass: ClassVar[float] = 1.0
+    pole_mass: ClassVar[float] = 0.1
+    #: Half the pole's length, as in the original code.
+    pole_half_length: ClassVar[float] = 0.5
+    force_mag: ClassVar[float] = 10.0
+    #: Integration step, in seconds.
+    tau: ClassVar[float] = 0.02
+    x_threshold: ClassVar[float] = 2.4
+    theta_threshold: ClassVar[float] = 12 * 2 * math.pi / 360
+    #: Half-width of the uniform reset interval of every state variable.
+    reset_bound: ClassVar[float] = 0.05
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self.observation_spec = Unbounded(shape=(4,), device=self.device)
         self.action_spec = Categorical(2, device=self.device)
+        # Both buffers are only ever updated in place, so their addresses stay fixed and a
+        # CUDA graph captured around ``step`` keeps reading the live state.
+        #: ``[B, 4]`` float32: x, x_dot, theta, theta_dot.
         self.state = torch.zeros(num_envs, 4, device=self.device)
+        #: ``[B]`` int64: steps taken in each sub-env's current episode.
         self.steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        # Both thresholds round UP to float32 (2.4 becomes 2.4000001), so comparing a float32
+        # state with them would call a cart at 2.4000001 inside where gymnasium's float64
+        # test calls it outside. Against the largest float32 at or below each threshold,
+        # ``v > limit`` holds for a float32 ``v`` exactly when ``v > threshold`` does.
+        self._x_limit = _float32_at_or_below(self.x_threshold)
+        self._theta_limit = _float32_at_or_below(self.theta_threshold)
 
     def _initial_states(self) -> torch.Tensor:
-        return torch.empty(self.num_envs, 4, device=self.device).uniform_(-0.05, 0.05)
+        """Draw a fresh state for every sub-env, ``[B, 4]``."""
+        return torch.empty(self.num_envs, 4, device=self.device).uniform_(-self.reset_bound, self.reset_bound)
 
     def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
-        self.state = self._initial_states()
+        """Start a new episode in every sub-env.
+
+        Args:
+            config: Unused; accepted for the env protocol.
+
+        Returns:
+            The first observations, ``[B, 4]`` float32.
+        """
+        self.state.copy_(self._initial_states())
         self.steps.zero_()
         return self.state.clone()
 
-    def step(self, actions: torch.Tensor) -> TensorDict:
-        x, x_dot, theta, theta_dot = self.state.unbind(-1)
-        force = torch.where(actions.reshape(-1) == 1, self.force_mag, -self.force_mag)
+    def _next_states(self, state: torch.Tensor, push_right: torch.Tensor) -> torch.Tensor:
+        """One Euler step of the frictionless cart-pole equations of motion (Florian, 2007).
+
+        Args:
+            state: ``[B, 4]`` x, x_dot, theta, theta_dot.
+            push_right: ``[B]`` bool, the direction of the force.
+
+        Returns:
+            The next states, ``[B, 4]``.
+        """
+        x, x_dot, theta, theta_dot = state.unbind(-1)
+        force = torch.where(push_right, self.force_mag, -self.force_mag).to(state.dtype)
         total_mass = self.cart_mass + self.pole_mass
-        pole_mass_length = self.pole_mass * self.pole_half_length
-        cos, sin = torch.cos(theta), torch.sin(theta)
-        temp = (force + pole_mass_length * theta_dot.square() * sin) / total_mass
-        theta_acc = (self.gravity * sin - cos * temp) / (
-            self.pole_half_length * (4.0 / 3.0 - self.pole_mass * cos.square() / total_mass)
+        pole_moment = self.pole_mass * self.pole_half_length
+        cos_theta = torch.cos(theta)
+        sin_theta = torch.sin(theta)
+        # Force on the cart per unit of total mass, centripetal term of the pole included.
+        common = (force + pole_moment * theta_dot.square() * sin_theta) / total_mass
+        theta_acc = (self.gravity * sin_theta - cos_theta * common) / (
+            self.pole_half_length * (4.0 / 3.0 - self.pole_mass * cos_theta.square() / total_mass)
         )
-        x_acc = temp - pole_mass_length * theta_acc * cos / total_mass
-        final_obs = torch.stack(
+        x_acc = common - pole_moment * theta_acc * cos_theta / total_mass
+        # Explicit Euler: positions advance with the OLD velocities, as gymnasium's default.
+        return torch.stack(
             [
                 x + self.tau * x_dot,
                 x_dot + self.tau * x_acc,
@@ -77,12 +131,32 @@ class CartPole(Env):
             ],
             dim=-1,
         )
-        self.steps += 1
-        terminated = (final_obs[:, 0].abs() > self.x_threshold) | (final_obs[:, 2].abs() > self.theta_threshold)
-        truncated = (self.steps >= self.max_episode_steps) & ~terminated
-        done = (terminated | truncated).unsqueeze(-1)
-        self.state = torch.where(done, self._initial_states(), final_obs)
-        self.steps = torch.where(done.squeeze(-1), 0, self.steps)
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        """Push every cart, end the episodes that fail or time out, and reset those.
+
+        Args:
+            actions: ``[B]`` or ``[B, 1]`` integer actions, 0 (left) or 1 (right).
+
+        Returns:
+            TensorDict with batch size ``[B]``: ``obs`` ``[B, 4]`` (the next episode's
+            first observation where one ended), ``rewards`` ``[B, 1]``, ``terminated`` and
+            ``truncated`` ``[B, 1]`` bool, ``final_obs`` ``[B, 4]`` (the state reached by
+            this step, whether or not the episode ended).
+        """
+        push_right = actions.reshape(self.num_envs) == 1
+        final_obs = self._next_states(self.state, push_right)
+        x, theta = final_obs[:, 0], final_obs[:, 2]
+        terminated = (x.abs() > self._x_limit) | (theta.abs() > self._theta_limit)
+        steps = self.steps + 1
+        # gymnasium's TimeLimit would flag both on a failing 500th step; the protocol
+        # wants termination alone there, since nothing should bootstrap from that state.
+        truncated = (steps >= self.max_episode_steps) & ~terminated
+        done = terminated | truncated
+        # Every sub-env draws a reset state each step, used or not, so the step has the
+        # same shapes and RNG consumption whatever ends: no data-dependent control flow.
+        self.state.copy_(torch.where(done.unsqueeze(-1), self._initial_states(), final_obs))
+        self.steps.copy_(torch.where(done, 0, steps))
         return TensorDict(
             {
                 "obs": self.state.clone(),
@@ -96,8 +170,29 @@ class CartPole(Env):
         )
 
     def state_dict(self) -> dict[str, torch.Tensor]:
+        """Return the simulator state: ``state`` ``[B, 4]`` and ``steps`` ``[B]``, cloned."""
         return {"state": self.state.clone(), "steps": self.steps.clone()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.state = state["state"].clone().to(self.device)
-        self.steps = state["steps"].clone().to(self.device)
+        """Restore what :meth:`state_dict` returned (from an env with the same ``num_envs``)."""
+        for name in ("state", "steps"):
+            buffer = getattr(self, name)
+            _check_shape(name, state[name], buffer.shape)
+            buffer.copy_(state[name])
+
+
+def _check_shape(name: str, value: torch.Tensor, expected: torch.Size) -> None:
+    """Refuse a checkpoint tensor of the wrong shape (``copy_`` would broadcast it silently)."""
+    if tuple(value.shape) != tuple(expected):
+        raise ValueError(
+            f"load_state_dict: '{name}' has shape {list(value.shape)}, expected "
+            f"{list(expected)}; was the checkpoint saved with another num_envs?"
+        )
+
+
+def _float32_at_or_below(value: float) -> float:
+    """Return the largest float32 that is at most ``value``, as a Python float."""
+    rounded = torch.tensor(value, dtype=torch.float32)
+    if rounded.item() > value:
+        rounded = torch.nextafter(rounded, torch.tensor(-math.inf))
+    return rounded.item()

@@ -1,7 +1,8 @@
-"""rl8's dummy environments: a position on a line, pushed back towards the origin.
+"""rl8's dummy environments: a position on a line that the agent should keep near zero.
 
 Both are infinite-horizon envs in rl8's protocol: ``step`` returns only ``obs`` and
-``rewards``, so they also exercise rlx's support for envs without episode ends.
+``rewards``, never ``terminated`` or ``truncated``, so they also exercise rlx's support
+for envs without episode ends.
 """
 
 from __future__ import annotations
@@ -18,60 +19,134 @@ __all__ = ["DiscreteDummyEnv", "ContinuousDummyEnv"]
 
 
 class _DummyEnv(Env):
-    """Shared state and reset of the dummy envs.
+    """State, reset and checkpointing shared by the two dummy envs.
 
-    Observation: the position, ``[B, 1]``. Reward: ``-|position|`` after the move.
-    Reset: positions uniform in ``[-bounds, bounds]`` (``bounds`` 100, changeable with
-    ``reset(config={"bounds": x})``, which also applies to later resets). Never
-    terminates or truncates.
+    Subclasses set ``action_spec`` and turn actions into a displacement in ``step``.
     """
 
     graph_safe: ClassVar[bool] = True
+    #: Half-width of the reset interval until ``reset(config={"bounds": x})`` changes it.
+    default_bounds: ClassVar[float] = 100.0
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self.observation_spec = Unbounded(shape=(1,), device=self.device)
-        self.bounds = 100.0
+        # A Python float, not a tensor: ``uniform_`` takes it without a device read.
+        self.bounds = self.default_bounds
+        # Updated in place so that its address never changes (CUDA-graph replay reads it).
         self.state = torch.zeros(num_envs, 1, device=self.device)
 
     def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
-        self.bounds = float((config or {}).get("bounds", self.bounds))
-        self.state = torch.empty(self.num_envs, 1, device=self.device).uniform_(-self.bounds, self.bounds)
+        """Draw every position uniformly in ``[-bounds, bounds]``.
+
+        Args:
+            config: Optional ``{"bounds": x}``; the new bounds also apply to later resets.
+
+        Returns:
+            The positions, ``[B, 1]`` float32.
+        """
+        if config is not None and "bounds" in config:
+            self.bounds = float(config["bounds"])
+        self.state.uniform_(-self.bounds, self.bounds)
         return self.state.clone()
 
-    def _move(self, delta: torch.Tensor) -> TensorDict:
-        self.state = self.state + delta
+    def _move(self, displacement: torch.Tensor) -> TensorDict:
+        """Shift every position by ``displacement`` ``[B, 1]`` and score the new position."""
+        self.state.add_(displacement)
         return TensorDict(
             {"obs": self.state.clone(), "rewards": -self.state.abs()},
             batch_size=[self.num_envs],
             device=self.device,
         )
 
-    def state_dict(self) -> dict[str, Any]:
-        return {"state": self.state.clone(), "bounds": self.bounds}
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Return the positions ``[B, 1]`` and the reset bounds (a 0-d tensor), cloned."""
+        return {"state": self.state.clone(), "bounds": torch.tensor(self.bounds, dtype=torch.float64)}
 
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        self.state = state["state"].clone().to(self.device)
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`state_dict` returned (from an env with the same ``num_envs``)."""
+        _check_shape("state", state["state"], self.state.shape)
+        self.state.copy_(state["state"])
         self.bounds = float(state["bounds"])
 
 
 class DiscreteDummyEnv(_DummyEnv):
-    """Move one unit left (action 0) or right (action 1); actions are ``[B, 1]`` int64."""
+    """Step one unit left or right along a line; rl8's ``DiscreteDummyEnv``.
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+    * Observation ``[B, 1]`` float32: the position.
+    * Action ``[B, 1]`` int64, ``Categorical(2)``: 0 moves by -1, 1 moves by +1
+      (``position += 2 * action - 1``).
+    * Reward: ``-|position|`` after the move, ``[B, 1]``.
+    * Terminated / truncated: never (infinite horizon; neither key is returned).
+    * Reset: position uniform in ``[-bounds, bounds]``, ``bounds`` 100 unless
+      ``reset(config={"bounds": x})`` sets another value, kept for later resets.
+
+    Args:
+        num_envs: Number of sub-envs ``B``.
+        horizon: Unused; part of the env constructor protocol.
+        device: Device of the state and of every returned tensor.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self.action_spec = Categorical(2, shape=torch.Size([1]), device=self.device)
 
     def step(self, actions: torch.Tensor) -> TensorDict:
-        return self._move(2.0 * actions.to(self.state.dtype) - 1.0)
+        """Move every sub-env; ``actions`` is ``[B, 1]`` (or ``[B]``) with values in {0, 1}."""
+        actions = actions.reshape(self.num_envs, 1).to(self.state.dtype)
+        return self._move(2.0 * actions - 1.0)
 
 
 class ContinuousDummyEnv(_DummyEnv):
-    """Move by any real amount; actions are ``[B, 1]`` float."""
+    """Move any distance along a line; rl8's ``ContinuousDummyEnv``.
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+    * Observation ``[B, 1]`` float32: the position.
+    * Action ``[B, 1]`` float, ``Unbounded``: the displacement (``position += action``).
+    * Reward: ``-|position|`` after the move, ``[B, 1]``.
+    * Terminated / truncated: never (infinite horizon; neither key is returned).
+    * Reset: position uniform in ``[-bounds, bounds]``, ``bounds`` 100 unless
+      ``reset(config={"bounds": x})`` sets another value, kept for later resets.
+
+    Args:
+        num_envs: Number of sub-envs ``B``.
+        horizon: Unused; part of the env constructor protocol.
+        device: Device of the state and of every returned tensor.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self.action_spec = Unbounded(shape=(1,), device=self.device)
 
     def step(self, actions: torch.Tensor) -> TensorDict:
-        return self._move(actions.to(self.state.dtype))
+        """Move every sub-env by its action, ``[B, 1]``."""
+        return self._move(actions.reshape(self.num_envs, 1).to(self.state.dtype))
+
+
+def _check_shape(name: str, value: torch.Tensor, expected: torch.Size) -> None:
+    """Refuse a checkpoint tensor of the wrong shape (``copy_`` would broadcast it silently)."""
+    if tuple(value.shape) != tuple(expected):
+        raise ValueError(
+            f"load_state_dict: '{name}' has shape {list(value.shape)}, expected "
+            f"{list(expected)}; was the checkpoint saved with another num_envs?"
+        )

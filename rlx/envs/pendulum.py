@@ -15,65 +15,116 @@ __all__ = ["Pendulum"]
 
 
 class Pendulum(Env):
-    """Swing a pendulum up and keep it upright with a limited torque (Pendulum-v1 physics).
+    """Swing a pendulum up and hold it upright with a limited torque (Pendulum-v1 physics).
 
     * Observation ``[B, 3]`` float32: ``cos(theta)``, ``sin(theta)``, angular velocity
-      (theta = 0 is upright).
-    * Action ``[B, 1]`` float32: torque, ``Bounded`` in [-2, 2] (clipped again here).
-    * Reward: ``-(angle² + 0.1 velocity² + 0.001 torque²)`` with the angle normalized to
-      [-π, π), before the step; between about -16.3 and 0.
-    * Terminated: never.
+      ``theta_dot`` (rad/s); theta = 0 is upright.
+    * Action ``[B, 1]`` float32: the torque, ``Bounded`` in [-2, 2] and clipped to that
+      range here too.
+    * Reward: ``-(angle² + 0.1 theta_dot² + 0.001 torque²)`` of the state BEFORE the
+      step, with the angle wrapped to [-π, π) and the clipped torque; in about
+      [-16.27, 0].
+    * Terminated: never (returned, all False).
     * Truncated: after ``max_episode_steps`` (200) steps.
-    * Reset: angle uniform in [-π, π], velocity uniform in [-1, 1]; sub-envs that end are
-      reset inside ``step``, with ``final_obs`` their true last observation.
+    * Reset: theta uniform in [-π, π], theta_dot uniform in [-1, 1]. A sub-env that ends
+      is reset inside ``step``: its ``obs`` is the first observation of the next episode
+      and ``final_obs`` its true last observation.
+
+    Semi-implicit Euler with a 0.05 s step and the speed clipped to ±8 rad/s, as
+    gymnasium; computed in float32 on the env's device.
+
+    Args:
+        num_envs: Number of sub-envs ``B``.
+        horizon: Unused; part of the env constructor protocol.
+        device: Device of the state and of every returned tensor.
     """
 
     graph_safe: ClassVar[bool] = True
+    #: Time limit of an episode, in steps.
     max_episode_steps: ClassVar[int] = 200
 
-    max_speed = 8.0
-    max_torque = 2.0
-    dt = 0.05
-    gravity = 10.0
-    mass = 1.0
-    length = 1.0
+    max_speed: ClassVar[float] = 8.0
+    max_torque: ClassVar[float] = 2.0
+    #: Integration step, in seconds.
+    dt: ClassVar[float] = 0.05
+    gravity: ClassVar[float] = 10.0
+    mass: ClassVar[float] = 1.0
+    length: ClassVar[float] = 1.0
 
-    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self.observation_spec = Unbounded(shape=(3,), device=self.device)
         self.action_spec = Bounded(-self.max_torque, self.max_torque, shape=(1,), device=self.device)
-        self.state = torch.zeros(num_envs, 2, device=self.device)  # [theta, theta_dot]
+        # Both buffers are only ever updated in place, so their addresses stay fixed and a
+        # CUDA graph captured around ``step`` keeps reading the live state.
+        #: ``[B, 2]`` float32: theta, theta_dot.
+        self.state = torch.zeros(num_envs, 2, device=self.device)
+        #: ``[B]`` int64: steps taken in each sub-env's current episode.
         self.steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
-        # Made once: a host-to-device tensor per step would sync.
+        # Made once: building it from Python numbers inside ``step`` would be a
+        # host-to-device copy on every step.
         self._reset_high = torch.tensor([math.pi, 1.0], device=self.device)
 
     def _initial_states(self) -> torch.Tensor:
-        return (2.0 * torch.rand(self.num_envs, 2, device=self.device) - 1.0) * self._reset_high
+        """Draw a fresh state for every sub-env, ``[B, 2]``."""
+        return torch.empty(self.num_envs, 2, device=self.device).uniform_(-1.0, 1.0) * self._reset_high
 
     @staticmethod
     def _obs(state: torch.Tensor) -> torch.Tensor:
+        """Observe ``[B, 2]`` states as ``[B, 3]`` (cos theta, sin theta, theta_dot)."""
         theta, theta_dot = state.unbind(-1)
         return torch.stack([torch.cos(theta), torch.sin(theta), theta_dot], dim=-1)
 
     def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
-        self.state = self._initial_states()
+        """Start a new episode in every sub-env.
+
+        Args:
+            config: Unused; accepted for the env protocol.
+
+        Returns:
+            The first observations, ``[B, 3]`` float32.
+        """
+        self.state.copy_(self._initial_states())
         self.steps.zero_()
         return self._obs(self.state)
 
     def step(self, actions: torch.Tensor) -> TensorDict:
+        """Apply a torque to every pendulum, and reset those that reach the time limit.
+
+        Args:
+            actions: ``[B, 1]`` torques; values outside [-2, 2] are clipped.
+
+        Returns:
+            TensorDict with batch size ``[B]``: ``obs`` ``[B, 3]`` (the next episode's
+            first observation where one ended), ``rewards`` ``[B, 1]``, ``terminated``
+            (all False) and ``truncated`` ``[B, 1]`` bool, ``final_obs`` ``[B, 3]`` (the
+            observation reached by this step, whether or not the episode ended).
+        """
         theta, theta_dot = self.state.unbind(-1)
-        u = actions.reshape(-1).to(self.state.dtype).clamp(-self.max_torque, self.max_torque)
+        torque = actions.reshape(self.num_envs).to(self.state.dtype).clamp(-self.max_torque, self.max_torque)
+        # Wrapped to [-π, π) so that a pendulum that has turned over is not penalised for
+        # the full turns; ``remainder`` takes the divisor's sign, like Python's ``%``.
         angle = torch.remainder(theta + math.pi, 2 * math.pi) - math.pi
-        costs = angle.square() + 0.1 * theta_dot.square() + 0.001 * u.square()
-        new_theta_dot = theta_dot + (
-            3 * self.gravity / (2 * self.length) * torch.sin(theta) + 3.0 / (self.mass * self.length**2) * u
-        ) * self.dt
-        new_theta_dot = new_theta_dot.clamp(-self.max_speed, self.max_speed)
+        costs = angle.square() + 0.1 * theta_dot.square() + 0.001 * torque.square()
+        angular_acc = 3 * self.gravity / (2 * self.length) * torch.sin(theta) + 3.0 / (
+            self.mass * self.length**2
+        ) * torque
+        new_theta_dot = (theta_dot + angular_acc * self.dt).clamp(-self.max_speed, self.max_speed)
+        # Semi-implicit: the angle advances with the NEW (clipped) speed.
         new_state = torch.stack([theta + new_theta_dot * self.dt, new_theta_dot], dim=-1)
-        self.steps += 1
-        truncated = self.steps >= self.max_episode_steps
-        self.state = torch.where(truncated.unsqueeze(-1), self._initial_states(), new_state)
-        self.steps = torch.where(truncated, 0, self.steps)
+        steps = self.steps + 1
+        truncated = steps >= self.max_episode_steps
+        # Every sub-env draws a reset state each step, used or not: no data-dependent
+        # control flow, and the same RNG consumption whatever ends.
+        self.state.copy_(torch.where(truncated.unsqueeze(-1), self._initial_states(), new_state))
+        self.steps.copy_(torch.where(truncated, 0, steps))
         return TensorDict(
             {
                 "obs": self._obs(self.state),
@@ -87,8 +138,21 @@ class Pendulum(Env):
         )
 
     def state_dict(self) -> dict[str, torch.Tensor]:
+        """Return the simulator state: ``state`` ``[B, 2]`` and ``steps`` ``[B]``, cloned."""
         return {"state": self.state.clone(), "steps": self.steps.clone()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        self.state = state["state"].clone().to(self.device)
-        self.steps = state["steps"].clone().to(self.device)
+        """Restore what :meth:`state_dict` returned (from an env with the same ``num_envs``)."""
+        for name in ("state", "steps"):
+            buffer = getattr(self, name)
+            _check_shape(name, state[name], buffer.shape)
+            buffer.copy_(state[name])
+
+
+def _check_shape(name: str, value: torch.Tensor, expected: torch.Size) -> None:
+    """Refuse a checkpoint tensor of the wrong shape (``copy_`` would broadcast it silently)."""
+    if tuple(value.shape) != tuple(expected):
+        raise ValueError(
+            f"load_state_dict: '{name}' has shape {list(value.shape)}, expected "
+            f"{list(expected)}; was the checkpoint saved with another num_envs?"
+        )
