@@ -32,6 +32,9 @@ _EXPORTS = {
     "Env": "rlx.env",
     "EnvOutputError": "rlx.env",
     "generalized_advantage_estimate": "rlx.gae",
+    "Trainer": "rlx.trainer",
+    "TrainerConfig": "rlx.trainer",
+    "load_policy": "rlx.export",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -41,7 +44,9 @@ if TYPE_CHECKING:
     from rlx.algorithms.ppo import PPO
     from rlx.config import AlgorithmConfig, CommonConfig, ConfigError, NPGConfig
     from rlx.env import Env, EnvOutputError
+    from rlx.export import load_policy
     from rlx.gae import generalized_advantage_estimate
+    from rlx.trainer import Trainer, TrainerConfig
 
 
 def __getattr__(name: str) -> Any:

@@ -92,6 +92,7 @@ class Algorithm(ABC):
         from rlx.config import resolve_device
 
         self.config = config
+        self.env_cls = env_cls
         self.device = resolve_device(config.device)
         if config.seed is not None:
             torch.manual_seed(config.seed)

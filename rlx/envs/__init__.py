@@ -1,7 +1,15 @@
-"""Built-in batched, torch-native environments (every sub-env steps at once, on any device)."""
+"""Built-in batched, torch-native environments (every sub-env steps at once, on any device),
+adapters for gymnasium and TorchRL envs, and ``check_env`` for your own.
+"""
 
 from rlx.envs.cartpole import CartPole
 from rlx.envs.dummy import ContinuousDummyEnv, DiscreteDummyEnv
 from rlx.envs.pendulum import Pendulum
+from rlx.envs.check import check_env
+from rlx.envs.gymnasium import GymnasiumEnv
+from rlx.envs.torchrl import TorchRLEnv, to_torchrl
 
-__all__ = ["CartPole", "ContinuousDummyEnv", "DiscreteDummyEnv", "Pendulum"]
+#: Adapters and tools: not envs to list or benchmark by themselves.
+TOOLS = ["GymnasiumEnv", "TorchRLEnv", "check_env", "to_torchrl"]
+
+__all__ = ["CartPole", "ContinuousDummyEnv", "DiscreteDummyEnv", "Pendulum", *TOOLS]

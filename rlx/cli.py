@@ -1,0 +1,186 @@
+"""The ``rlx`` command: train, eval, plot, export, envs.
+
+    rlx train CONFIG [--set key=value ...] [--run-dir DIR] [--resume]
+    rlx eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--num-envs B]
+    rlx plot RUN_DIR [--out FILE.png]
+    rlx export RUN_DIR [--out policy.pt]
+    rlx check-env MODULE:CLASS [--num-envs B] [--steps N]
+    rlx envs
+
+Errors a user can fix (a missing file, a bad key or value, an env that fails to import)
+print one line, ``rlx: error: ...``, and exit with status 2; ``RLX_DEBUG=1`` shows the
+traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+import sys
+from pathlib import Path
+
+__all__ = ["main"]
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from rlx.trainer import Trainer, latest_checkpoint, load_run_config
+
+    run = load_run_config(args.config, args.set or [])
+    if args.run_dir is not None:
+        run_dir = Path(args.run_dir)
+    elif args.resume:
+        raise ValueError("--resume needs --run-dir: the run directory to continue")
+    else:
+        run_dir = Path("runs") / f"{Path(args.config).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    if args.resume and latest_checkpoint(run_dir) is None:
+        raise FileNotFoundError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+    if not args.resume and latest_checkpoint(run_dir) is not None:
+        raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it, or another --run-dir")
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    algo = run.config.build(run.env_cls)
+    trainer = Trainer(algo, run.trainer, run_dir=run_dir, run_config=run)
+    if args.resume:
+        path = trainer.resume()
+        print(f"resumed {run_dir} from {path.name} (iteration {trainer.iteration}, {algo.env_steps} env steps)")
+    print(f"training {run.algorithm} on {run.env} with {algo.num_envs} envs x {algo.horizon} steps on {algo.device}")
+    metrics = trainer.run()
+    ckpt = latest_checkpoint(run_dir)
+    print(f"stopped: {trainer.stop_reason} after {algo.env_steps} env steps in {trainer.wall_s:.1f} s of training")
+    print(f"run directory: {run_dir}")
+    print(f"  metrics:    {run_dir / 'metrics.jsonl'}   (curves: rlx plot {run_dir})")
+    print(f"  checkpoint: {ckpt}")
+    return 0 if metrics else 1
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from rlx.export import policy_from_checkpoint
+    from rlx.trainer import env_factory, evaluate_policy
+
+    policy, run = policy_from_checkpoint(args.path, device=args.device)
+    env = env_factory(run["env"], run.get("env_kwargs"))(args.num_envs, None, device=args.device)
+    stats = evaluate_policy(policy, env, episodes=args.episodes, max_steps=args.max_steps, deterministic=not args.stochastic)
+    for key, value in stats.items():
+        print(f"{key}: {value:.4f}" if isinstance(value, float) and not math.isnan(value) else f"{key}: {value}")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from rlx.plotting import plot_run
+
+    out = plot_run(args.run_dir, args.out)
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rlx.export import export_torchscript
+
+    out = export_torchscript(args.path, args.out or Path(args.path) / "policy.pt")
+    print(f"wrote {out} (TorchScript; load with torch.jit.load or rlx.load_policy)")
+    return 0
+
+
+def _cmd_envs(args: argparse.Namespace) -> int:
+    import rlx.envs
+
+    for name in rlx.envs.__all__:
+        if name in rlx.envs.TOOLS:
+            continue
+        env_cls = getattr(rlx.envs, name)
+        env = env_cls(1)
+        obs, act = env.observation_spec, env.action_spec
+        summary = (env_cls.__doc__ or "").strip().splitlines()[0]
+        print(f"rlx.envs:{name}")
+        print(f"  {summary}")
+        print(f"  observation: {type(obs).__name__}{list(obs.shape)} {obs.dtype}")
+        bounds = ""
+        if hasattr(act.space, "low"):
+            bounds = f" in [{act.space.low.min().item():g}, {act.space.high.max().item():g}]"
+        elif hasattr(act.space, "n"):
+            bounds = f" with {act.space.n} choices"
+        print(f"  action:      {type(act).__name__}{list(act.shape)} {act.dtype}{bounds}")
+    return 0
+
+
+def _cmd_check_env(args: argparse.Namespace) -> int:
+    from rlx.config import import_object
+    from rlx.envs import check_env
+
+    env_cls = import_object(args.env, where="env")
+    problems = check_env(env_cls, args.num_envs, steps=args.steps, device=args.device)
+    return 1 if problems else 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``rlx`` command."""
+    parser = argparse.ArgumentParser(prog="rlx", description="Train and use PPO / NPG policies on batched torch envs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = sub.add_parser("train", help="train from a YAML run config", description="Train from a YAML run config.")
+    train.add_argument("config", help="YAML run config (env, algorithm, config, trainer); see configs/")
+    train.add_argument(
+        "--set", action="append", metavar="KEY=VALUE",
+        help="override a config value by its dotted path, parsed as YAML, e.g. --set config.num_envs=64 (repeatable)",
+    )
+    train.add_argument("--run-dir", help="run directory (default: runs/<config name>-<timestamp>)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
+    train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    train.set_defaults(func=_cmd_train)
+
+    ev = sub.add_parser("eval", help="evaluate a trained policy", description="Evaluate a trained policy deterministically.")
+    ev.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT", help="a run directory (newest checkpoint) or a checkpoint file")
+    ev.add_argument("--episodes", type=int, default=32, help="complete episodes to average over (default 32)")
+    ev.add_argument("--num-envs", type=int, default=32, help="parallel sub-envs (default 32)")
+    ev.add_argument("--max-steps", type=int, default=10_000, help="give up after this many env steps (default 10000)")
+    ev.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
+    ev.add_argument("--device", default="cpu", help="device for the policy and env (default cpu)")
+    ev.set_defaults(func=_cmd_eval)
+
+    plot = sub.add_parser("plot", help="draw learning curves (needs matplotlib)", description="Draw a run's learning curves.")
+    plot.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with metrics.jsonl")
+    plot.add_argument("--out", help="PNG file to write (default RUN_DIR/curves.png)")
+    plot.set_defaults(func=_cmd_plot)
+
+    export = sub.add_parser("export", help="export the policy as TorchScript", description="Export the deterministic policy as TorchScript.")
+    export.add_argument("path", metavar="RUN_DIR", help="a run directory (newest checkpoint) or a checkpoint file")
+    export.add_argument("--out", help="output file (default RUN_DIR/policy.pt)")
+    export.set_defaults(func=_cmd_export)
+
+    check = sub.add_parser(
+        "check-env", help="check an env class against rlx's protocol",
+        description="Check an env class: specs, shapes, dtypes, devices, auto-reset, final_obs.",
+    )
+    check.add_argument("env", metavar="MODULE:CLASS", help="import path of the env class, e.g. my_pkg.envs:MyEnv")
+    check.add_argument("--num-envs", type=int, default=4, help="sub-envs to build (default 4)")
+    check.add_argument("--steps", type=int, default=300, help="random-action steps to take (default 300)")
+    check.add_argument("--device", default="cpu", help="device to build the env on (default cpu)")
+    check.set_defaults(func=_cmd_check_env)
+
+    envs = sub.add_parser("envs", help="list the built-in envs", description="List the built-in envs and their spaces.")
+    envs.set_defaults(func=_cmd_envs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``rlx`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("rlx: interrupted", file=sys.stderr)
+        return 130
+    except (FileNotFoundError, ValueError, ImportError, TypeError) as e:
+        if os.environ.get("RLX_DEBUG"):
+            raise
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"rlx: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,128 @@
+"""Trained policies for deployment: load from a run, call on observations, export.
+
+``rlx.load_policy(path)`` returns a :class:`DeployedPolicy`: a plain ``nn.Module`` that
+maps a batch of raw observations to env actions (the distribution's mode by default),
+with the observation normalizer inside. ``rlx export RUN_DIR --out policy.pt`` writes
+it as TorchScript, which ``torch.jit.load`` runs with no rlx installed.
+"""
+
+from __future__ import annotations
+
+import copy
+import zipfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rlx.config import config_from_dict
+from rlx.policy import Policy
+from rlx.trainer import ALGORITHMS, env_factory, latest_checkpoint, load_checkpoint
+
+__all__ = ["DeployedPolicy", "export_torchscript", "load_policy", "policy_from_checkpoint"]
+
+
+class DeployedPolicy(nn.Module):
+    """Observations to env actions, with the observation normalizer inside.
+
+    Args:
+        policy: The trained policy (copied; later training does not change this one).
+        deterministic: Act with the distribution's mode; ``False`` samples.
+    """
+
+    def __init__(self, policy: Policy, *, deterministic: bool = True) -> None:
+        super().__init__()
+        self.policy = copy.deepcopy(policy).eval()
+        for p in self.policy.parameters():
+            p.requires_grad_(False)
+        self.deterministic = deterministic
+
+    @torch.no_grad()
+    def forward(self, obs: Any) -> Tensor:
+        """``[N, *obs]`` raw observations to ``[N, *action]`` env actions."""
+        return self.policy.act(obs, deterministic=self.deterministic).env_actions
+
+
+def _checkpoint_path(path: str | Path) -> Path:
+    path = Path(path)
+    if path.is_dir():
+        found = latest_checkpoint(path)
+        if found is None:
+            raise FileNotFoundError(f"no checkpoint in {path / 'checkpoints'}")
+        return found
+    if not path.exists():
+        raise FileNotFoundError(f"no run directory or checkpoint at {path}")
+    return path
+
+
+def policy_from_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[Policy, dict[str, Any]]:
+    """Rebuild the trained :class:`~rlx.policy.Policy` of a run directory or checkpoint.
+
+    Builds one sub-env of the run's env class to read its specs, then the policy from
+    the recorded config, then loads the trained weights and normalizer statistics.
+
+    Returns:
+        ``(policy, run_config_dict)``.
+    """
+    state = load_checkpoint(_checkpoint_path(path))
+    run = state["config"]
+    algo_config = config_from_dict(ALGORITHMS[run["algorithm"]], run["config"], where="checkpoint config")
+    env = env_factory(run["env"], run.get("env_kwargs"))(1, None, device=torch.device(device))
+    policy = Policy(
+        env.observation_spec,
+        env.action_spec,
+        model_cls=algo_config.model_cls,
+        model_config=algo_config.model_config,
+        distribution_cls=algo_config.distribution_cls,
+        normalize_obs=algo_config.normalize_obs,
+        device=device,
+    )
+    policy.load_state_dict(state["algorithm"]["policy"])
+    return policy, run
+
+
+def _is_torchscript(path: Path) -> bool:
+    if not path.is_file() or not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(name.endswith("constants.pkl") for name in archive.namelist())
+
+
+def load_policy(path: str | Path, *, deterministic: bool = True, device: str | torch.device = "cpu") -> nn.Module:
+    """Load a trained policy as a callable module: observations in, env actions out.
+
+    Args:
+        path: A run directory (its newest checkpoint), a checkpoint file, or a
+            TorchScript file written by ``rlx export``.
+        deterministic: Take the distribution's mode (ignored for TorchScript files,
+            which are exported deterministic).
+        device: Where the module's parameters go.
+    """
+    path = Path(path)
+    if _is_torchscript(path):
+        return torch.jit.load(str(path), map_location=device)
+    policy, _ = policy_from_checkpoint(path, device=device)
+    return DeployedPolicy(policy, deterministic=deterministic)
+
+
+def export_torchscript(path: str | Path, out: str | Path, *, batch_size: int = 2) -> Path:
+    """Trace the deterministic policy of a run into a TorchScript file.
+
+    Raises:
+        ValueError: the env's observations are a ``Composite`` (dict); tracing takes
+            tensors only, so use :func:`load_policy` for such policies.
+    """
+    policy, _ = policy_from_checkpoint(path)
+    if not isinstance(policy.observation_spec.zero(), Tensor):
+        raise ValueError("rlx export supports tensor observations only; load dict-observation policies with rlx.load_policy")
+    module = DeployedPolicy(policy, deterministic=True)
+    example = policy.observation_spec.rand((batch_size,))
+    traced = torch.jit.trace(module, (example,), check_trace=False)
+    probe = policy.observation_spec.rand((batch_size + 3,))
+    if not torch.equal(traced(probe), module(probe)):
+        raise RuntimeError("the traced policy disagrees with the eager one; export is not safe for this model")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    traced.save(str(out))
+    return out

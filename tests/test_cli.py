@@ -1,0 +1,172 @@
+"""The rlx command end to end: train, eval, plot, export, envs, resume after SIGKILL."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlx.cli import build_parser, main
+from rlx.trainer import latest_checkpoint, load_checkpoint
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = str(ROOT / "configs" / "cartpole_ppo.yaml")
+QUICK = ["--set", "trainer.max_env_steps=4096", "--set", "trainer.stop_at=null", "--set", "trainer.checkpoint_every=1"]
+
+
+def _rlx(*args: str, timeout: float = 120, **kwargs) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    return subprocess.run([sys.executable, "-m", "rlx", *args], capture_output=True, text=True, timeout=timeout, env=env, **kwargs)
+
+
+def test_train_eval_plot_export_end_to_end(tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["train", CARTPOLE, "--run-dir", str(run_dir), *QUICK]) == 0
+    out = capsys.readouterr().out
+    assert "stopped: reached 4096 env steps" in out and str(run_dir / "checkpoints") in out
+    assert (run_dir / "config.yaml").is_file() and (run_dir / "metrics.jsonl").is_file()
+    assert latest_checkpoint(run_dir).name == "ckpt_00000002.pt"
+
+    assert main(["eval", str(run_dir), "--episodes", "4", "--num-envs", "4"]) == 0
+    assert "eval/return_mean:" in capsys.readouterr().out
+
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "policy.pt")]) == 0
+    scripted = torch.jit.load(str(tmp_path / "policy.pt"))
+    import rlx
+
+    eager = rlx.load_policy(run_dir)
+    obs = torch.randn(5, 4)
+    assert torch.equal(scripted(obs), eager(obs))
+
+    pytest.importorskip("matplotlib")
+    assert main(["plot", str(run_dir), "--out", str(tmp_path / "curves.png")]) == 0
+    assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_loaded_policy_carries_the_observation_normalizer(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    assert main(["train", CARTPOLE, "--run-dir", str(run_dir), *QUICK, "--set", "config.normalize_obs=true"]) == 0
+    state = load_checkpoint(latest_checkpoint(run_dir))
+    assert any("obs_normalizers" in k for k in state["algorithm"]["policy"])
+    import rlx
+
+    policy = rlx.load_policy(run_dir)
+    obs = torch.randn(64, 4) * 3
+    normalizer = policy.policy.obs_normalizers["obs"]
+    assert normalizer.count > 0
+    params, _ = policy.policy.model(normalizer.normalize(obs))
+    assert torch.equal(policy(obs), params.argmax(-1))
+
+
+def test_user_env_from_a_module_path(tmp_path, monkeypatch, capsys) -> None:
+    package = tmp_path / "my_pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "my_envs.py").write_text(textwrap.dedent('''
+        import torch
+        from tensordict import TensorDict
+        from torchrl.data import Categorical, Unbounded
+
+        class Bandit:
+            """Two arms; arm 1 pays 1, arm 0 pays 0. Every episode lasts one step."""
+
+            def __init__(self, num_envs, /, horizon=None, *, device="cpu"):
+                self.num_envs, self.device = num_envs, device
+                self.observation_spec = Unbounded(shape=(1,), device=device)
+                self.action_spec = Categorical(2, device=device)
+
+            def reset(self, *, config=None):
+                return torch.zeros(self.num_envs, 1, device=self.device)
+
+            def step(self, actions):
+                return TensorDict(
+                    {"obs": torch.zeros(self.num_envs, 1), "rewards": actions.float().unsqueeze(-1),
+                     "terminated": torch.ones(self.num_envs, 1, dtype=torch.bool)},
+                    batch_size=[self.num_envs],
+                )
+    '''))
+    config = tmp_path / "bandit.yaml"
+    config.write_text(textwrap.dedent('''
+        env: my_pkg.my_envs:Bandit
+        algorithm: ppo
+        config: {num_envs: 16, horizon: 8, device: cpu, seed: 0, gamma: 0.0, optimizer_config: {lr: 0.01},
+                 model_config: {hiddens: [16]}}
+        trainer: {max_env_steps: 20000, stop_at: {episodes/return_mean: 0.95}, progress: false}
+    '''))
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert main(["train", str(config), "--run-dir", str(tmp_path / "run")]) == 0
+    assert "episodes/return_mean = " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["train", "no/such.yaml"], "no config file at no/such.yaml"),
+        (["train", CARTPOLE, "--set", "config.num_env=3"], "cartpole_ppo.yaml.config.num_env: unknown key"),
+        (["train", CARTPOLE, "--set", "config.gamma=high"], "cartpole_ppo.yaml.config.gamma: must be a number, got 'high'"),
+        (["train", CARTPOLE, "--set", "config.gamma=2.0"], "AlgorithmConfig.gamma: must be <= 1.0, got 2.0"),
+        (["train", CARTPOLE, "--set", "env=nowhere.mod:Env"], "env: cannot import module 'nowhere.mod'"),
+        (["train", CARTPOLE, "--resume"], "--resume needs --run-dir"),
+        (["eval", "no/such/run"], "no run directory or checkpoint at no/such/run"),
+        (["plot", "no/such/run"], "no/such/run"),
+    ],
+)
+def test_user_errors_print_one_line_and_exit_2(args, message, capsys, tmp_path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert main(args) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("rlx: error: ") and message in err
+
+
+def test_every_flag_is_documented_in_help() -> None:
+    parser = build_parser()
+    subparsers = next(a for a in parser._actions if a.dest == "command").choices
+    for name, sub in subparsers.items():
+        for action in sub._actions:
+            if action.option_strings and action.dest != "help":
+                assert action.help, f"rlx {name} {action.option_strings} has no help"
+    result = _rlx("train", "--help")
+    assert result.returncode == 0
+    for flag in ("--set", "--run-dir", "--resume", "--threads"):
+        assert flag in result.stdout
+
+
+@pytest.mark.slow
+def test_sigkill_during_training_leaves_a_loadable_checkpoint_and_resume_continues(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    args = ["train", CARTPOLE, "--run-dir", str(run_dir), "--set", "trainer.stop_at=null",
+            "--set", "trainer.max_env_steps=100000000", "--set", "trainer.checkpoint_every=1",
+            "--set", "trainer.progress=false"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    proc = subprocess.Popen([sys.executable, "-m", "rlx", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 90
+        while time.monotonic() < deadline:
+            ckpt = latest_checkpoint(run_dir) if run_dir.exists() else None
+            if ckpt is not None and int(ckpt.stem.split("_")[1]) >= 4:
+                break
+            time.sleep(0.05)
+        else:
+            pytest.fail(f"no checkpoints appeared: {proc.stderr.read() if proc.poll() is not None else ''}")
+        proc.send_signal(signal.SIGKILL)
+    finally:
+        proc.wait(timeout=30)
+    assert proc.returncode == -signal.SIGKILL
+    latest = latest_checkpoint(run_dir)
+    state = load_checkpoint(latest)
+    killed_at = state["trainer"]["iteration"]
+    assert killed_at >= 4 and not list((run_dir / "checkpoints").glob(".*tmp*"))
+    result = _rlx(*args[:-4], "--set", f"trainer.max_iterations={killed_at + 2}", "--set", "trainer.progress=false", "--resume")
+    assert result.returncode == 0, result.stderr
+    assert f"resumed {run_dir} from {latest.name} (iteration {killed_at}" in result.stdout
+    import json
+
+    iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert iterations == list(range(1, killed_at + 3))

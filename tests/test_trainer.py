@@ -1,0 +1,189 @@
+"""Trainer: stop conditions, evaluation, checkpoints, exact resume, run configs."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+import torch
+import yaml
+
+from rlx import AlgorithmConfig, NPGConfig, Trainer, TrainerConfig
+from rlx.config import ConfigError
+from rlx.envs import CartPole
+from rlx.trainer import (
+    MetricPlateau,
+    RunConfig,
+    evaluate_policy,
+    latest_checkpoint,
+    load_checkpoint,
+    load_run_config,
+    save_checkpoint_atomic,
+)
+
+SMALL = dict(num_envs=8, horizon=16, device="cpu", seed=0, model_config={"hiddens": [16]}, gamma=0.99)
+
+
+def _no_timing(metrics: dict) -> dict:
+    return {k: v for k, v in metrics.items() if not k.startswith("profiling/") and k != "wall_s"}
+
+
+def _training_only(metrics: dict) -> dict:
+    # The first half of a split run also evaluates when it stops (iteration 3); the
+    # evaluation forks the RNG, so training is unaffected, but that line has extra keys.
+    return {k: v for k, v in _no_timing(metrics).items() if not k.startswith("eval/")}
+
+
+def _lines(run_dir) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.parametrize("config_cls", [AlgorithmConfig, NPGConfig])
+def test_resumed_run_equals_the_uninterrupted_run(tmp_path, config_cls) -> None:
+    extra = {"normalize_obs": True} if config_cls is AlgorithmConfig else {"line_search": True}
+    full = Trainer(
+        config_cls(**SMALL, **extra).build(CartPole),
+        TrainerConfig(max_iterations=6, checkpoint_every=3, eval_every=2, eval_num_envs=4, eval_episodes=4, progress=False),
+        run_dir=tmp_path / "full",
+    )
+    full.run()
+    params_full = [p.detach().clone() for p in full.algorithm.policy.parameters()]
+
+    first = Trainer(
+        config_cls(**SMALL, **extra).build(CartPole),
+        TrainerConfig(max_iterations=3, checkpoint_every=3, eval_every=2, eval_num_envs=4, eval_episodes=4, progress=False),
+        run_dir=tmp_path / "split",
+    )
+    first.run()
+    del first  # the process that trained the first half is gone
+    second = Trainer(
+        config_cls(**SMALL, **extra).build(CartPole),
+        TrainerConfig(max_iterations=6, checkpoint_every=3, eval_every=2, eval_num_envs=4, eval_episodes=4, progress=False),
+        run_dir=tmp_path / "split",
+    )
+    second.resume()
+    assert second.iteration == 3
+    second.run()
+    split, whole = _lines(tmp_path / "split"), _lines(tmp_path / "full")
+    assert [_training_only(m) for m in split] == [_training_only(m) for m in whole]
+    assert [_no_timing(m) for i, m in enumerate(split) if i != 2] == [_no_timing(m) for i, m in enumerate(whole) if i != 2]
+    assert "eval/return_mean" in whole[1] and "eval/return_mean" in whole[3]
+    for a, b in zip(second.algorithm.policy.parameters(), params_full):
+        assert torch.equal(a, b)
+
+
+def test_metrics_lines_hold_every_stat_and_the_counters(tmp_path) -> None:
+    trainer = Trainer(AlgorithmConfig(**SMALL).build(CartPole), TrainerConfig(max_iterations=3, progress=False), run_dir=tmp_path)
+    trainer.run()
+    lines = _lines(tmp_path)
+    assert [m["iteration"] for m in lines] == [1, 2, 3]
+    assert [m["env_steps"] for m in lines] == [128, 256, 384]
+    assert all(m["wall_s"] > 0 for m in lines)
+    for key in ("losses/policy", "monitors/kl_div", "rewards/mean", "episodes/count", "profiling/step_ms"):
+        assert key in lines[0]
+    saved = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert saved["env"] == "rlx.envs.cartpole:CartPole" and saved["config"]["num_envs"] == 8
+
+
+def test_checkpoints_keep_the_newest_k_and_load_safely(tmp_path) -> None:
+    trainer = Trainer(
+        AlgorithmConfig(**SMALL).build(CartPole),
+        TrainerConfig(max_iterations=7, checkpoint_every=2, keep_checkpoints=2, progress=False),
+        run_dir=tmp_path,
+    )
+    trainer.run()
+    names = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+    assert names == ["ckpt_00000006.pt", "ckpt_00000007.pt"]  # plus the final one at the stop
+    state = load_checkpoint(latest_checkpoint(tmp_path))  # weights_only=True inside
+    assert state["trainer"]["iteration"] == 7 and state["config"]["algorithm"] == "ppo"
+
+
+def test_a_crash_while_writing_leaves_the_previous_checkpoint_intact(tmp_path, monkeypatch) -> None:
+    path = tmp_path / "ckpt.pt"
+    save_checkpoint_atomic({"x": torch.arange(3)}, path)
+
+    def crash(obj, f, *args, **kwargs):
+        f.write(b"partial bytes")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", crash)
+    with pytest.raises(OSError, match="disk full"):
+        save_checkpoint_atomic({"x": torch.arange(5)}, path)
+    monkeypatch.undo()
+    assert torch.equal(load_checkpoint(path)["x"], torch.arange(3))
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.pt"]
+
+
+def test_stop_conditions_compose_and_report_their_reason(tmp_path) -> None:
+    trainer = Trainer(
+        AlgorithmConfig(**SMALL).build(CartPole),
+        TrainerConfig(max_env_steps=10_000, stop_below={"env/steps": 200}, progress=False),
+    )
+    trainer.run()
+    assert trainer.iteration == 1 and trainer.stop_reason == "env/steps = 128 <= 200"
+    trainer = Trainer(AlgorithmConfig(**SMALL).build(CartPole), TrainerConfig(max_env_steps=300, progress=False))
+    trainer.run()
+    assert trainer.algorithm.env_steps == 384 and "300 env steps" in trainer.stop_reason
+
+
+def test_plateau_stops_after_patience_reports_without_improvement() -> None:
+    plateau = MetricPlateau("score", patience=3, min_delta=0.5)
+    seen = [plateau(None, {"score": s}) for s in [1.0, 2.0, 2.2, 2.4, math.nan, 2.1]]
+    assert seen[:5] == [None] * 5 and seen[5] is not None
+    assert plateau.state_dict() == {"best": 2.0, "since_best": 3}
+
+
+def test_run_without_a_stop_condition_is_refused() -> None:
+    with pytest.raises(ValueError, match="no stop condition"):
+        Trainer(AlgorithmConfig(**SMALL).build(CartPole), TrainerConfig()).run()
+
+
+def test_evaluation_averages_complete_episodes_and_leaves_training_rng_alone(scripted_env) -> None:
+    algo = AlgorithmConfig(**{**SMALL, "model_config": {"hiddens": [8]}}).build(scripted_env)
+    env = scripted_env(5)
+    rng = torch.get_rng_state()
+    stats = evaluate_policy(algo.policy, env, episodes=50, max_steps=200)
+    assert torch.equal(torch.get_rng_state(), rng)
+    assert stats["eval/episodes"] >= 50
+    # ScriptedEnv: sub-env i ends every i % 5 + 1 steps.
+    assert 1.0 <= stats["eval/length_mean"] <= 5.0
+
+
+def test_run_config_errors_name_the_key_and_its_place(tmp_path) -> None:
+    base = {"env": "rlx.envs:CartPole", "algorithm": "ppo", "config": {"num_envs": 8}, "trainer": {"max_env_steps": 100}}
+    cases = [
+        ({**base, "trainr": {}}, r"unknown top-level key\(s\) \['trainr'\]"),
+        ({**base, "algorithm": "sac"}, r"run.yaml.algorithm: must be one of \['npg', 'ppo'\]"),
+        ({**base, "config": {"num_envs": "many"}}, r"run.yaml.config.num_envs: must be an integer"),
+        ({**base, "trainer": {"max_env_step": 1}}, r"run.yaml.trainer.max_env_step: unknown key"),
+        ({**base, "env": "rlx.envs:NoSuchEnv"}, r"env: module 'rlx.envs' has no attribute 'NoSuchEnv'"),
+        ({**base, "env": "no_such_package.envs:X"}, r"cannot import module 'no_such_package.envs'"),
+        ({**base, "config": {"lr_schedule": [[0, "fast"]]}}, r"run.yaml.config.lr_schedule\[0\]\[1\]: must be a number"),
+    ]
+    for data, message in cases:
+        path = tmp_path / "run.yaml"
+        path.write_text(yaml.safe_dump(data))
+        with pytest.raises(ConfigError, match=message):
+            load_run_config(path)
+
+
+def test_overrides_are_parsed_as_yaml_and_applied_by_dotted_path(tmp_path) -> None:
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump({"env": "rlx.envs:CartPole", "config": {"num_envs": 8}, "trainer": {"max_iterations": 1}}))
+    run = load_run_config(path, ["config.model_config={hiddens: [8, 8]}", "config.normalize_obs=true", "trainer.eval_every=5"])
+    assert run.config.model_config == {"hiddens": [8, 8]} and run.config.normalize_obs is True
+    assert run.trainer.eval_every == 5
+    with pytest.raises(ConfigError, match="expected key=value"):
+        load_run_config(path, ["config.num_envs"])
+    assert RunConfig.from_dict(run.to_dict()).to_dict() == run.to_dict()
+
+
+@pytest.mark.parametrize("name", ["cartpole_ppo", "cartpole_npg", "pendulum_ppo", "pendulum_npg"])
+def test_shipped_configs_load_and_build(name: str) -> None:
+    from pathlib import Path
+
+    run = load_run_config(Path(__file__).resolve().parents[1] / "configs" / f"{name}.yaml")
+    algo = run.config.build(run.env_cls)
+    algo.collect()
+    algo.step()
