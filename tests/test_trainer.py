@@ -187,3 +187,16 @@ def test_shipped_configs_load_and_build(name: str) -> None:
     algo = run.config.build(run.env_cls)
     algo.collect()
     algo.step()
+
+
+def test_tensorboard_events_are_written_when_available(tmp_path) -> None:
+    pytest.importorskip("tensorboard")
+    trainer = Trainer(AlgorithmConfig(**SMALL).build(CartPole), TrainerConfig(max_iterations=2, progress=False), run_dir=tmp_path)
+    trainer.run()
+    assert list((tmp_path / "tensorboard").glob("events.out.tfevents.*"))
+    quiet = Trainer(
+        AlgorithmConfig(**SMALL).build(CartPole), TrainerConfig(max_iterations=1, progress=False, tensorboard=False),
+        run_dir=tmp_path / "quiet",
+    )
+    quiet.run()
+    assert not (tmp_path / "quiet" / "tensorboard").exists()
