@@ -144,7 +144,7 @@ def test_sigkill_during_training_leaves_a_loadable_checkpoint_and_resume_continu
     args = ["train", CARTPOLE, "--run-dir", str(run_dir), "--set", "trainer.stop_at=null",
             "--set", "trainer.max_env_steps=100000000", "--set", "trainer.checkpoint_every=1",
             "--set", "trainer.progress=false"]
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "rlx", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
         deadline = time.monotonic() + 90

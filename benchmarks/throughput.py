@@ -1,0 +1,155 @@
+"""Throughput of rlx's collect() and step() over a grid of batch sizes, envs and algorithms.
+
+    python benchmarks/throughput.py [--quick] [--device cpu|cuda] [--num-envs 64 1024 ...]
+        [--horizon 32] [--algos ppo npg] [--envs CartPole Pendulum DiscreteDummyEnv]
+        [--hiddens 64 64] [--amp] [--iters 5] [--threads 2]
+
+For each grid point it builds the algorithm, runs warm-up iterations, then times
+``collect()`` and ``step()`` separately (synchronising CUDA before every clock read) over
+``--iters`` iterations and reports medians:
+
+* collect env-steps/s (B·T / collect time);
+* update samples/s (N · epochs / step time; NPG counts one pass);
+* end-to-end env-steps/s (B·T / (collect + step));
+* peak memory: CUDA max allocated, or the process's peak RSS on CPU.
+
+Results are appended as JSON lines to ``benchmarks/results/throughput_<device>.jsonl``
+and written as a markdown table to ``benchmarks/results/throughput_<device>.md``, with the
+torch version, device name, thread count and git commit. ``--quick`` runs a small grid in
+well under a minute on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+
+import rlx.envs
+from rlx import AlgorithmConfig, NPGConfig
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
+              amp: bool, iters: int, warmup: int) -> dict:
+    env_cls = getattr(rlx.envs, env_name)
+    common = dict(
+        num_envs=num_envs, horizon=horizon, device=device, seed=0, enable_amp=amp,
+        model_config={"hiddens": hiddens, "activation_fn": "tanh"}, gamma=0.99,
+    )
+    if algo_name == "ppo":
+        config = AlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=min(num_envs * horizon, 32768))
+        epochs = config.num_sgd_iters
+    else:
+        config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
+        epochs = 1
+    algo = config.build(env_cls)
+    dev = algo.device
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    collect_s, step_s = [], []
+    for i in range(warmup + iters):
+        _sync(dev)
+        t0 = time.perf_counter()
+        algo.collect()
+        _sync(dev)
+        t1 = time.perf_counter()
+        algo.step()
+        _sync(dev)
+        t2 = time.perf_counter()
+        if i >= warmup:
+            collect_s.append(t1 - t0)
+            step_s.append(t2 - t1)
+    n = num_envs * horizon
+    c, s = statistics.median(collect_s), statistics.median(step_s)
+    return {
+        "env": env_name, "algo": algo_name, "num_envs": num_envs, "horizon": horizon, "hiddens": hiddens, "amp": amp,
+        "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
+        "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
+        "collect_ms": 1e3 * c, "step_ms": 1e3 * s, "peak_memory_mb": _peak_memory_mb(dev),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--quick", action="store_true", help="a small grid (under a minute on a CPU)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--num-envs", type=int, nargs="+")
+    parser.add_argument("--horizon", type=int, default=32)
+    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "npg"])
+    parser.add_argument("--envs", nargs="+", default=["CartPole", "Pendulum", "DiscreteDummyEnv"])
+    parser.add_argument("--hiddens", type=int, nargs="+", default=[64, 64])
+    parser.add_argument("--amp", action="store_true")
+    parser.add_argument("--iters", type=int, default=5)
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if args.num_envs:
+        sizes = args.num_envs
+    elif args.quick:
+        sizes = [64, 1024]
+    else:
+        sizes = [64, 1024, 4096, 16384] + ([65536] if device.type == "cuda" else [])
+    envs = ["CartPole", "DiscreteDummyEnv"] if args.quick else args.envs
+    rows = []
+    for env_name in envs:
+        for algo_name in args.algos:
+            for b in sizes:
+                row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
+                                3 if args.quick else args.iters, 1 if args.quick else args.warmup)
+                rows.append(row)
+                print(
+                    f"{env_name:16s} {algo_name:4s} B={b:6d}  collect {row['collect_steps_per_s']:12,.0f}/s  "
+                    f"update {row['update_samples_per_s']:12,.0f}/s  end-to-end {row['end_to_end_steps_per_s']:12,.0f}/s  "
+                    f"peak {row['peak_memory_mb']:8.0f} MB",
+                    flush=True,
+                )
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    meta = {"torch": torch.__version__, "device": str(device), "device_name": name, "threads": args.threads,
+            "commit": commit, "date": time.strftime("%Y-%m-%d")}
+    RESULTS.mkdir(exist_ok=True)
+    tag = "cuda" if device.type == "cuda" else "cpu"
+    with open(RESULTS / f"throughput_{tag}.jsonl", "a") as f:
+        for row in rows:
+            f.write(json.dumps({**row, **meta}) + "\n")
+    lines = [
+        f"# rlx throughput on {name} ({meta['device']}), torch {meta['torch']}, {args.threads} threads, commit {commit}",
+        "",
+        f"Command: `python benchmarks/throughput.py {' '.join(a for a in __import__('sys').argv[1:])}`; medians of "
+        f"{3 if args.quick else args.iters} iterations after warm-up, T={args.horizon}, MLP {args.hiddens}.",
+        "",
+        "| env | algo | B | collect steps/s | update samples/s | end-to-end steps/s | peak MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['env']} | {r['algo']} | {r['num_envs']} | {r['collect_steps_per_s']:,.0f} | "
+            f"{r['update_samples_per_s']:,.0f} | {r['end_to_end_steps_per_s']:,.0f} | {r['peak_memory_mb']:,.0f} |"
+        )
+    (RESULTS / f"throughput_{tag}.md").write_text("\n".join(lines) + "\n")
+
+
+if __name__ == "__main__":
+    main()
