@@ -52,6 +52,7 @@ __all__ = [
     "FINAL_OBS",
     "ACTION_MASK",
     "check_env_limits",
+    "load_state_tensors",
     "check_obs",
     "check_step_output",
 ]
@@ -217,3 +218,23 @@ def check_step_output(
                 "truncate must return the true last observation as 'final_obs'"
             )
         check_obs(out.get(FINAL_OBS), observation_spec, num_envs, where=where, name=FINAL_OBS)
+
+
+def load_state_tensors(env: Any, state: dict[str, torch.Tensor], names: tuple[str, ...]) -> None:
+    """Copy checkpointed tensors into an env's state buffers, in place, shape-checked.
+
+    In place keeps the buffers' addresses (a captured CUDA graph keeps reading them);
+    the shape check refuses a checkpoint from another ``num_envs``, which ``copy_``
+    would otherwise broadcast silently.
+
+    Raises:
+        ValueError: naming the entry, its shape and the expected one.
+    """
+    for name in names:
+        buffer, value = getattr(env, name), state[name]
+        if tuple(value.shape) != tuple(buffer.shape):
+            raise ValueError(
+                f"load_state_dict: '{name}' has shape {list(value.shape)}, expected "
+                f"{list(buffer.shape)}; was the checkpoint saved with another num_envs?"
+            )
+        buffer.copy_(value)

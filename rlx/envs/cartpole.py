@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Categorical, Unbounded
 
-from rlx.env import Env
+from rlx.env import Env, load_state_tensors
 
 __all__ = ["CartPole"]
 
@@ -175,19 +175,8 @@ class CartPole(Env):
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned (from an env with the same ``num_envs``)."""
-        for name in ("state", "steps"):
-            buffer = getattr(self, name)
-            _check_shape(name, state[name], buffer.shape)
-            buffer.copy_(state[name])
+        load_state_tensors(self, state, ("state", "steps"))
 
-
-def _check_shape(name: str, value: torch.Tensor, expected: torch.Size) -> None:
-    """Refuse a checkpoint tensor of the wrong shape (``copy_`` would broadcast it silently)."""
-    if tuple(value.shape) != tuple(expected):
-        raise ValueError(
-            f"load_state_dict: '{name}' has shape {list(value.shape)}, expected "
-            f"{list(expected)}; was the checkpoint saved with another num_envs?"
-        )
 
 
 def _float32_at_or_below(value: float) -> float:

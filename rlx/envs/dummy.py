@@ -13,7 +13,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Categorical, Unbounded
 
-from rlx.env import Env
+from rlx.env import Env, load_state_tensors
 
 __all__ = ["DiscreteDummyEnv", "ContinuousDummyEnv"]
 
@@ -72,8 +72,7 @@ class _DummyEnv(Env):
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         """Restore what :meth:`state_dict` returned (from an env with the same ``num_envs``)."""
-        _check_shape("state", state["state"], self.state.shape)
-        self.state.copy_(state["state"])
+        load_state_tensors(self, state, ("state",))
         self.bounds = float(state["bounds"])
 
 
@@ -142,11 +141,3 @@ class ContinuousDummyEnv(_DummyEnv):
         """Move every sub-env by its action, ``[B, 1]``."""
         return self._move(actions.reshape(self.num_envs, 1).to(self.state.dtype))
 
-
-def _check_shape(name: str, value: torch.Tensor, expected: torch.Size) -> None:
-    """Refuse a checkpoint tensor of the wrong shape (``copy_`` would broadcast it silently)."""
-    if tuple(value.shape) != tuple(expected):
-        raise ValueError(
-            f"load_state_dict: '{name}' has shape {list(value.shape)}, expected "
-            f"{list(expected)}; was the checkpoint saved with another num_envs?"
-        )
