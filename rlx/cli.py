@@ -20,6 +20,7 @@ import math
 import os
 import sys
 from pathlib import Path
+from typing import Any
 
 __all__ = ["main"]
 
@@ -27,15 +28,35 @@ __all__ = ["main"]
 def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
-    from rlx.trainer import Trainer, latest_checkpoint, load_run_config
+    from rlx import distributed as rdist
+    from rlx.config import resolve_device
+    from rlx.trainer import load_run_config
 
     run = load_run_config(args.config, args.set or [])
+    # Under torchrun: join the process group (NCCL for CUDA training, else gloo).
+    distributed = rdist.init_from_env(device_type=resolve_device(run.config.device).type)
+    try:
+        return _train(args, run)
+    finally:
+        if distributed:
+            torch.distributed.destroy_process_group()
+
+
+def _train(args: argparse.Namespace, run: Any) -> int:
+    import torch
+
+    from rlx import distributed as rdist
+    from rlx.trainer import Trainer, latest_checkpoint
+
+    say = print if rdist.rank() == 0 else (lambda *a, **k: None)
     if args.run_dir is not None:
         run_dir = Path(args.run_dir)
     elif args.resume:
         raise ValueError("--resume needs --run-dir: the run directory to continue")
     else:
         run_dir = Path("runs") / f"{Path(args.config).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    if rdist.world_size() > 1 and args.run_dir is None and not args.resume:
+        raise ValueError("under torchrun, pass --run-dir: every rank must agree on the run directory")
     if args.resume and latest_checkpoint(run_dir) is None:
         raise FileNotFoundError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
     if not args.resume and latest_checkpoint(run_dir) is not None:
@@ -46,14 +67,15 @@ def _cmd_train(args: argparse.Namespace) -> int:
     trainer = Trainer(algo, run.trainer, run_dir=run_dir, run_config=run)
     if args.resume:
         path = trainer.resume()
-        print(f"resumed {run_dir} from {path.name} (iteration {trainer.iteration}, {algo.env_steps} env steps)")
-    print(f"training {run.algorithm} on {run.env} with {algo.num_envs} envs x {algo.horizon} steps on {algo.device}")
+        say(f"resumed {run_dir} from {path.name} (iteration {trainer.iteration}, {algo.env_steps} env steps)")
+    ranks = f" on each of {algo.world_size} ranks" if algo.world_size > 1 else ""
+    say(f"training {run.algorithm} on {run.env} with {algo.num_envs} envs x {algo.horizon} steps{ranks} on {algo.device}")
     metrics = trainer.run()
     ckpt = latest_checkpoint(run_dir)
-    print(f"stopped: {trainer.stop_reason} after {algo.env_steps} env steps in {trainer.wall_s:.1f} s of training")
-    print(f"run directory: {run_dir}")
-    print(f"  metrics:    {run_dir / 'metrics.jsonl'}   (curves: rlx plot {run_dir})")
-    print(f"  checkpoint: {ckpt}")
+    say(f"stopped: {trainer.stop_reason} after {algo.env_steps} env steps in {trainer.wall_s:.1f} s of training")
+    say(f"run directory: {run_dir}")
+    say(f"  metrics:    {run_dir / 'metrics.jsonl'}   (curves: rlx plot {run_dir})")
+    say(f"  checkpoint: {ckpt}")
     return 0 if metrics else 1
 
 

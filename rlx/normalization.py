@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+import torch.distributed as dist
 from torch import Tensor, nn
 
 __all__ = ["RewardScaler", "RunningMeanStd"]
@@ -88,6 +89,19 @@ class RunningMeanStd(nn.Module):
         x = x.reshape(-1, *self.shape)  # [*batch, *shape] -> [N, *shape]
         n = x.shape[0]
         if n == 0:  # host-side shape, not data: no sync
+            return
+        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+            # Data-parallel training: merge every rank's batch, so all ranks keep the
+            # same statistics. One all-reduce of [count, Σx, Σx²] in float64.
+            x64 = x.to(torch.float64)
+            moments = torch.cat([torch.full((1,), float(n), dtype=torch.float64, device=x.device),
+                                 x64.sum(0).reshape(-1), x64.square().sum(0).reshape(-1)])
+            dist.all_reduce(moments)
+            total = moments[0]
+            size = x64[0].numel()
+            batch_mean = (moments[1 : 1 + size] / total).reshape(self.shape)
+            batch_var = (moments[1 + size :] / total).reshape(self.shape) - batch_mean.square()
+            self.merge_(batch_mean, batch_var.clamp(min=0.0), total)
             return
         batch_var, batch_mean = torch.var_mean(x.to(torch.float64), dim=0, correction=0)
         self.merge_(batch_mean, batch_var, n)

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from rlx import __version__
+from rlx import distributed as rdist
 from rlx._sync import allowed_sync
 from rlx.config import (
     AlgorithmConfig,
@@ -530,6 +531,8 @@ class Trainer:
         self._eval_env: Any = None
         self._writer: Any = None
         self._tty = sys.stdout.isatty()
+        # Under torchrun every rank trains; rank 0 alone evaluates, writes and prints.
+        self.is_writer = rdist.rank() == 0
 
     # -- config record -----------------------------------------------------------------
 
@@ -595,7 +598,7 @@ class Trainer:
         state = load_checkpoint(checkpoint)
         self.algorithm.load_state_dict(state["algorithm"])
         self.load_state_dict(state["trainer"])
-        if self.run_dir is not None:
+        if self.run_dir is not None and self.is_writer:
             metrics = self.run_dir / "metrics.jsonl"
             if metrics.exists():
                 kept = [
@@ -620,7 +623,7 @@ class Trainer:
     # -- the loop --------------------------------------------------------------------------
 
     def _open_outputs(self) -> None:
-        if self.run_dir is None:
+        if self.run_dir is None or not self.is_writer:
             return
         import yaml
 
@@ -635,6 +638,8 @@ class Trainer:
                 self._writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.iteration + 1)
 
     def _log(self, metrics: dict[str, float]) -> None:
+        if not self.is_writer:
+            return
         if self.run_dir is not None:
             with open(self.run_dir / "metrics.jsonl", "a") as f:
                 f.write(json.dumps({k: _json_value(v) for k, v in metrics.items()}) + "\n")
@@ -644,7 +649,7 @@ class Trainer:
                     self._writer.add_scalar(key, value, self.algorithm.env_steps)
 
     def _progress(self, metrics: dict[str, float], final: bool = False) -> None:
-        if not self.config.progress:
+        if not self.config.progress or not self.is_writer:
             return
         steps = self.algorithm.env_steps
         rate = steps / self.wall_s if self.wall_s > 0 else 0.0
@@ -680,7 +685,7 @@ class Trainer:
                 start = time.perf_counter()
                 metrics = {**algo.collect(), **algo.step()}
                 self.iteration += 1
-                if cfg.eval_every and self.iteration % cfg.eval_every == 0:
+                if cfg.eval_every and self.iteration % cfg.eval_every == 0 and self.is_writer:
                     metrics.update(self.evaluate())
                 self.wall_s += time.perf_counter() - start
                 metrics.update(iteration=self.iteration, env_steps=algo.env_steps, wall_s=self.wall_s)
@@ -688,12 +693,17 @@ class Trainer:
                     reason = condition(self, metrics)
                     if reason is not None and self.stop_reason is None:
                         self.stop_reason = reason
-                if self.stop_reason is not None and cfg.eval_every and "eval/return_mean" not in metrics:
+                if algo.world_size > 1:
+                    # Ranks must stop together (wall time differs between them).
+                    flag = torch.tensor([float(self.stop_reason is not None)], device=algo.device)
+                    if rdist.all_reduce_(flag, "max").item() > 0 and self.stop_reason is None:  # SYNC: once per iteration
+                        self.stop_reason = "another rank's stop condition held"
+                if self.stop_reason is not None and cfg.eval_every and "eval/return_mean" not in metrics and self.is_writer:
                     metrics.update(self.evaluate())
                 self._log(metrics)
                 self.last_metrics = metrics
                 due = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
-                if self.run_dir is not None and (due or self.stop_reason is not None):
+                if self.run_dir is not None and self.is_writer and (due or self.stop_reason is not None):
                     self.save_checkpoint()
                 self._progress(metrics, final=self.stop_reason is not None)
         finally:

@@ -18,6 +18,7 @@ import torch
 from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 
+from rlx import distributed as rdist
 from rlx._sync import allowed_sync
 from rlx.buffer import ACTIONS, ADVANTAGES, FINAL_VALUES, LOGP, RETURNS, VALUES, make_buffer
 from rlx.env import (
@@ -89,13 +90,23 @@ class Algorithm(ABC):
     """
 
     def __init__(self, env_cls: EnvFactory, config: CommonConfig) -> None:
-        from rlx.config import resolve_device
+        from rlx.config import config_to_dict, resolve_device
 
         self.config = config
         self.env_cls = env_cls
+        self.rank, self.world_size = rdist.rank(), rdist.world_size()
         self.device = resolve_device(config.device)
+        if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", rdist.local_rank())  # one GPU per rank
+        if self.world_size > 1:
+            # Refuse ranks that disagree before any collective depends on their shapes.
+            rdist.check_same_on_all_ranks(
+                {"algorithm": type(self).__name__, "env": getattr(env_cls, "__name__", repr(env_cls)),
+                 **config_to_dict(config)},
+                "the algorithm config",
+            )
         if config.seed is not None:
-            torch.manual_seed(config.seed)
+            torch.manual_seed(config.seed + self.rank)  # one seed stream per rank
         self.num_envs, self.horizon = config.num_envs, config.horizon
         check_env_limits(env_cls, self.num_envs, self.horizon)
         self.env = env_cls(self.num_envs, self.horizon, device=self.device)
@@ -109,6 +120,11 @@ class Algorithm(ABC):
             normalize_obs=config.normalize_obs,
             device=self.device,
         )
+        if self.world_size > 1:
+            rdist.check_same_on_all_ranks(
+                {n: list(p.shape) for n, p in self.policy.named_parameters()}, "the model's parameters"
+            )
+            rdist.broadcast_module_(self.policy)  # identical start on every rank
         self.optimizer = config.optimizer_cls(self._optimized_parameters(), **self._optimizer_kwargs())
         self.lr_schedule = Schedule(
             config.lr_schedule, config.lr_schedule_kind, initial=config.optimizer_kwargs["lr"], name="lr_schedule"
@@ -299,14 +315,14 @@ class Algorithm(ABC):
         dones = buf.get(TERMINATED)[:, :T] | buf.get(TRUNCATED)[:, :T]  # [B, T, 1]
         if self.config.normalize_rewards:
             self.reward_scaler.update(rewards, dones)
-        stats = self._collect_stats_tensor(rewards, dones, reset_all)
+        stats = self._reduce_collect_stats(self._collect_stats_tensor(rewards, dones, reset_all))
         with allowed_sync():
             values = stats.tolist()  # SYNC: the one transfer of collect()
         if values[-2] < 1.0 or values[-1] < 1.0:
             self._raise_nonfinite()
 
         self.num_collects += 1
-        self.env_steps += B * T
+        self.env_steps += B * T * self.world_size  # every rank's transitions
         self._buffered = True
         count = values[8]
         return {
@@ -321,8 +337,8 @@ class Algorithm(ABC):
             "episodes/count": count,
             "episodes/return_mean": values[9] / count if count else math.nan,
             "episodes/length_mean": values[10] / count if count else math.nan,
-            "env/resets": count + (B if reset_all else 0),
-            "env/steps": float(B * T),
+            "env/resets": count + (B * self.world_size if reset_all else 0),
+            "env/steps": float(B * T * self.world_size),
             "profiling/collect_ms": 1e3 * (time.perf_counter() - start),
         }
 
@@ -378,6 +394,21 @@ class Algorithm(ABC):
             ]
         )
 
+    def _reduce_collect_stats(self, stats: Tensor) -> Tensor:
+        """Combine per-rank collect statistics into global ones (ranks have equal B)."""
+        if self.world_size == 1:
+            return stats
+        # Means and second moments average; counts and sums add; extremes take max/min.
+        moments = torch.stack([stats[2], stats[3].square() + stats[2].square(), stats[6], stats[7].square() + stats[6].square()])
+        rdist.all_reduce_(moments, "mean")
+        sums = rdist.all_reduce_(stats[8:11].clone(), "sum")
+        highs = rdist.all_reduce_(torch.stack([stats[1], -stats[0], stats[5], -stats[4], -stats[11], -stats[12]]), "max")
+        return torch.stack([
+            -highs[1], highs[0], moments[0], (moments[1] - moments[0].square()).clamp(min=0).sqrt(),
+            -highs[3], highs[2], moments[2], (moments[3] - moments[2].square()).clamp(min=0).sqrt(),
+            sums[0], sums[1], sums[2], -highs[4], -highs[5],
+        ])
+
     def _raise_nonfinite(self) -> None:
         """Name the first non-finite reward or observation (an error path: syncs freely)."""
         T = self.horizon
@@ -400,6 +431,7 @@ class Algorithm(ABC):
     def _optimizer_step(self, params: list[torch.nn.Parameter]) -> None:
         """Clip (after unscaling AMP gradients), step the optimizer, clear gradients."""
         scaler = self.grad_scaler
+        rdist.all_reduce_grads_(params)  # data parallel: the gradient of the global batch
         if self.config.max_grad_norm is not None:
             scaler.unscale_(self.optimizer)
             torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=True)
@@ -412,6 +444,17 @@ class Algorithm(ABC):
             raise RuntimeError(
                 f"{type(self).__name__}.step() called with no fresh rollout: call collect() before step()"
             )
+
+    def _normalized_advantages(self, advantages: Tensor) -> Tensor:
+        """``(A - mean) / std`` with the mean and std of the batch on every rank."""
+        if self.world_size == 1:
+            std, mean = torch.std_mean(advantages, correction=0)
+        else:
+            a = advantages.double()
+            moments = rdist.all_reduce_(torch.stack([a.mean(), a.square().mean()]), "mean")
+            mean = moments[0]
+            std = (moments[1] - mean.square()).clamp(min=0).sqrt()
+        return ((advantages - mean) / (std + 1e-8)).to(advantages.dtype)
 
     def _compute_advantages(self) -> None:
         """GAE over the buffer, in place into ``advantages`` and ``returns`` (float32)."""
@@ -456,6 +499,25 @@ class Algorithm(ABC):
 
     # -- state ---------------------------------------------------------------------------
 
+    def _load_per_rank_state_fresh(self, state: dict[str, Any]) -> None:
+        """Resume under torchrun: the shared state was loaded; per-rank state restarts.
+
+        A checkpoint holds rank 0's envs, partial episodes and RNG. Other ranks (and any
+        number of ranks) cannot continue those, so every rank resets its envs, zeroes its
+        running returns and reseeds from ``(seed, rank, collects)``: the run continues
+        with the same policy, optimizer, normalizer statistics, schedules and counters,
+        but not bit-identically to an uninterrupted run.
+        """
+        scaler_state = {k: v for k, v in state["reward_scaler"].items() if k != "returns"}
+        self.reward_scaler.load_state_dict(scaler_state, strict=False)
+        self.reward_scaler.returns.zero_()
+        self._episode_return.zero_()
+        self._episode_length.zero_()
+        self._force_reset = True
+        self._buffered = False
+        seed = self.config.seed if self.config.seed is not None else 0
+        torch.manual_seed(seed + 1_000_003 * (self.num_collects + 1) + self.rank)
+
     def state_dict(self) -> dict[str, Any]:
         """Everything needed to continue training exactly: policy (with normalizers),
         optimizer, reward scaler, AMP scaler, counters, partial episodes, the last
@@ -490,16 +552,19 @@ class Algorithm(ABC):
         """Restore :meth:`state_dict`'s output into this (freshly built) algorithm."""
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
-        self.reward_scaler.load_state_dict(state["reward_scaler"])
         self.grad_scaler.load_state_dict(state["grad_scaler"])
         counters = state["counters"]
         self.env_steps = counters["env_steps"]
         self.num_collects = counters["num_collects"]
         self.num_steps = counters["num_steps"]
-        self._episode_return.copy_(state["episode_return"])
-        self._episode_length.copy_(state["episode_length"])
         if self.buffer is None:
             self.validate()
+        if self.world_size > 1:
+            self._load_per_rank_state_fresh(state)
+            return
+        self.reward_scaler.load_state_dict(state["reward_scaler"])
+        self._episode_return.copy_(state["episode_return"])
+        self._episode_length.copy_(state["episode_length"])
         if state.get("last_obs") is not None:
             _load_into(self._obs_cols[self.horizon], state["last_obs"])
         if "env" in state and callable(getattr(self.env, "load_state_dict", None)):

@@ -29,6 +29,7 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
+from rlx import distributed as rdist
 from rlx._sync import allowed_sync
 from rlx.algorithms.base import Algorithm, Obs
 from rlx.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
@@ -141,14 +142,13 @@ class NPG(Algorithm):
         batch = self._flat_batch()
         advantages = batch[ADVANTAGES]
         if cfg.normalize_advantages:
-            std, mean = torch.std_mean(advantages, correction=0)
-            advantages = (advantages - mean) / (std + 1e-8)
+            advantages = self._normalized_advantages(advantages)
         lr = self.lr
         actor_stats = self._natural_step(batch[OBS], batch[ACTIONS], batch[LOGP], advantages)
         vf_loss = self._fit_critic(batch[OBS], batch[RETURNS])
         self._finish_step()
 
-        stats = torch.stack([*actor_stats, vf_loss])
+        stats = rdist.all_reduce_(torch.stack([*actor_stats, vf_loss]), "mean")
         with allowed_sync():
             values = stats.tolist()  # SYNC: the stats of step()
         policy_loss, entropy_loss, kl, step_size, residual, gain, backtracks, vf = values
@@ -181,6 +181,7 @@ class NPG(Algorithm):
             return (torch.exp(dist.log_prob(actions) - old_logp) * adv).mean()
 
         g = grad(surrogate)(theta0, obs_n, obs, actions, old_logp, advantages)  # [P], whole batch
+        rdist.all_reduce_(g, "mean")  # data parallel: the gradient of the global batch
 
         # Fisher-vector products (and the line search) on a random subsample.
         n = cfg.fvp_batch_size
@@ -203,6 +204,12 @@ class NPG(Algorithm):
                 return sub_old_dist.kl(policy.distribution(params_fn(theta), sub[1])).mean()
 
             fvp = kl_hessian_fvp(mean_kl, theta0, damping=cfg.damping)
+        if self.world_size > 1:
+            local_fvp = fvp
+
+            def fvp(v: Tensor) -> Tensor:  # the global batch's Fisher on every rank
+                return rdist.all_reduce_(local_fvp(v), "mean")
+
         cg = conjugate_gradient(fvp, g, iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
         x = cg.x
         zero = torch.zeros((), device=x.device, dtype=x.dtype)
@@ -226,6 +233,9 @@ class NPG(Algorithm):
 
             with torch.no_grad():
                 surr_c, kl_c = vmap(evaluate)(candidates)  # [C] each, one batched pass
+                # Every rank accepts the same candidate: global surrogates and KLs.
+                reduced = rdist.all_reduce_(torch.cat([surr_c, kl_c, sub_surr0.detach().view(1)]), "mean")
+                surr_c, kl_c, sub_surr0 = reduced[: len(surr_c)], reduced[len(surr_c) : -1], reduced[-1]
             ok = (kl_c <= cfg.max_kl) & (surr_c > sub_surr0) & torch.isfinite(surr_c)
             first = torch.argmax(ok.to(torch.int8)).view(1)  # the largest acceptable step
             accepted = ok.any()

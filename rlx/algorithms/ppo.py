@@ -16,6 +16,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import Tensor
 
+from rlx import distributed as rdist
 from rlx._sync import allowed_sync
 from rlx.algorithms.base import Algorithm
 from rlx.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS, VALUES
@@ -140,8 +141,7 @@ class PPO(Algorithm):
         self._compute_advantages()
         batch = self._flat_batch()
         if cfg.normalize_advantages:
-            std, mean = torch.std_mean(batch[ADVANTAGES], correction=0)
-            batch[ADVANTAGES] = (batch[ADVANTAGES] - mean) / (std + 1e-8)
+            batch[ADVANTAGES] = self._normalized_advantages(batch[ADVANTAGES])
         lr, entropy_coeff = self.lr, self._entropy_coeff_value
 
         bounds = self._minibatch_bounds()
@@ -189,8 +189,9 @@ class PPO(Algorithm):
                 epoch_kl += losses.kl
             epochs_run += 1
             if cfg.target_kl_div is not None:
+                global_kl = rdist.all_reduce_(epoch_kl / num_minibatches, "mean")  # every rank decides alike
                 with allowed_sync():
-                    kl = (epoch_kl / num_minibatches).item()  # SYNC: one per epoch, KL early stop / adaptive LR
+                    kl = global_kl.item()  # SYNC: one per epoch, KL early stop / adaptive LR
                 if cfg.kl_adaptive_lr:
                     self._adapt_lr(kl)
                 if kl > 1.5 * cfg.target_kl_div:
@@ -199,8 +200,9 @@ class PPO(Algorithm):
         self._finish_step()
         self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
         self.entropy_coeff.fill_(self._entropy_coeff_value)
+        means = rdist.all_reduce_(sums / (epochs_run * num_minibatches), "mean")
         with allowed_sync():
-            means = (sums / (epochs_run * num_minibatches)).tolist()  # SYNC: the stats of step()
+            means = means.tolist()  # SYNC: the stats of step()
         return {
             "losses/total": means[0],
             "losses/policy": means[1],

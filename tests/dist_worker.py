@@ -1,0 +1,100 @@
+"""A torchrun worker for tests/test_distributed.py (also runs as a single process).
+
+    python tests/dist_worker.py MODE TOTAL_ENVS OUT      (MODE: ppo, npg, mismatch, die)
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torchrl.data import Categorical, Unbounded
+
+from rlx import AlgorithmConfig, NPGConfig
+from rlx import distributed as rdist
+from rlx.env import Env
+
+
+class IndexedWalker(Env):
+    """Deterministic: sub-env g (global index across ranks) walks toward target g % 5 - 2.
+
+    Episodes last g % 4 + 3 steps; even g terminate, odd g truncate. No RNG anywhere, so
+    2 ranks x B/2 envs see exactly the transitions of 1 rank x B envs.
+    """
+
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.observation_spec = Unbounded(shape=(2,), device=self.device)
+        self.action_spec = Categorical(2, device=self.device)
+        g = torch.arange(num_envs, device=self.device) + rdist.rank() * num_envs
+        self.target = (g % 5 - 2).float()
+        self.length = g % 4 + 3
+        self.parity = g % 2
+        self.pos = torch.zeros(num_envs, device=self.device)
+        self.t = torch.zeros(num_envs, dtype=torch.long, device=self.device)
+
+    def _obs(self) -> torch.Tensor:
+        return torch.stack([self.pos, self.target], -1)
+
+    def reset(self, *, config=None):
+        self.pos.zero_()
+        self.t.zero_()
+        return self._obs()
+
+    def step(self, actions):
+        self.pos += 2.0 * actions.float() - 1.0
+        self.t += 1
+        rewards = -(self.pos - self.target).abs()
+        done = self.t >= self.length
+        final = self._obs()
+        self.pos = torch.where(done, 0.0, self.pos)
+        self.t = torch.where(done, 0, self.t)
+        return TensorDict(
+            {"obs": self._obs(), "rewards": rewards.unsqueeze(-1), "terminated": (done & (self.parity == 0)).unsqueeze(-1),
+             "truncated": (done & (self.parity == 1)).unsqueeze(-1), "final_obs": final},
+            batch_size=[self.num_envs],
+        )
+
+
+def main() -> None:
+    mode, total, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    rdist.init_from_env(device_type="cpu")
+    world, rank = rdist.world_size(), rdist.rank()
+    common = dict(num_envs=total // world, horizon=8, device="cpu", seed=0, gamma=0.9, normalize_obs=True,
+                  model_config={"hiddens": [16]})
+    try:
+        if mode == "ppo":
+            config = AlgorithmConfig(**common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2})
+        elif mode == "npg":
+            config = NPGConfig(**common, fvp_subsample=1.0, line_search=True, optim_critic_iters=2)
+        elif mode == "mismatch":
+            config = AlgorithmConfig(**{**common, "num_envs": 4 + rank})
+        else:  # die
+            config = AlgorithmConfig(**common)
+        algo = config.build(IndexedWalker)
+        if mode == "die":
+            if rank == 1:
+                os._exit(3)
+            for _ in range(1000):
+                algo.collect()
+                algo.step()
+            return
+        for _ in range(2):
+            algo.collect(deterministic=True)
+            stats = algo.step()
+    except ValueError as e:
+        with open(f"{out}.rank{rank}", "w") as f:
+            f.write(str(e))
+        raise SystemExit(2)
+    if rank == 0:
+        torch.save({"params": [p.detach() for p in algo.policy.parameters()], "stats": stats,
+                    "env_steps": algo.env_steps}, out)
+    if rdist.is_distributed():
+        torch.distributed.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

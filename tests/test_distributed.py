@@ -1,0 +1,85 @@
+"""torch.distributed (gloo, 2 CPU processes): one big batch semantics, errors, dead ranks."""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKER = str(ROOT / "tests" / "dist_worker.py")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT")}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])
+    env["RLX_DIST_TIMEOUT_S"] = "30"
+    return env
+
+
+def _torchrun(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), *args]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env())
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["ppo", "npg"])
+def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: str) -> None:
+    single = subprocess.run([sys.executable, WORKER, mode, "8", str(tmp_path / "single.pt")], capture_output=True,
+                            text=True, timeout=120, env=_env())
+    assert single.returncode == 0, single.stderr
+    result = _torchrun(WORKER, mode, "8", str(tmp_path / "dist.pt"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "dist.pt")
+    assert a["env_steps"] == b["env_steps"] == 2 * 8 * 8
+    for x, y in zip(a["params"], b["params"]):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+    for key in ("losses/policy", "losses/vf", "monitors/kl_div"):
+        assert a["stats"][key] == pytest.approx(b["stats"][key], rel=1e-4, abs=1e-6)
+
+
+@pytest.mark.slow
+def test_mismatched_configs_fail_on_every_rank_with_a_clear_error(tmp_path) -> None:
+    out = tmp_path / "err"
+    result = _torchrun(WORKER, "mismatch", "8", str(out), timeout=120)
+    assert result.returncode != 0
+    for rank in (0, 1):
+        message = Path(f"{out}.rank{rank}").read_text()
+        assert "the algorithm config differs across ranks" in message
+        assert "num_envs: rank 0=4, rank 1=5" in message
+
+
+@pytest.mark.slow
+def test_a_dead_rank_makes_the_others_exit_instead_of_hanging(tmp_path) -> None:
+    start = time.monotonic()
+    result = _torchrun(WORKER, "die", "8", str(tmp_path / "x"), timeout=150)
+    assert result.returncode != 0
+    assert time.monotonic() - start < 120
+
+
+@pytest.mark.slow
+def test_two_process_cartpole_run_solves_and_only_rank_zero_writes(tmp_path) -> None:
+    run_dir = tmp_path / "run"
+    result = _torchrun("-m", "rlx", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"), "--run-dir", str(run_dir),
+                       "--set", "trainer.progress=false", timeout=300)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "episodes/length_mean" in result.stdout and ">= 475" in result.stdout
+    assert result.stdout.count("stopped:") == 1  # rank 0 alone prints
+    import json
+
+    lines = (run_dir / "metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["iteration"] for line in lines] == list(range(1, len(lines) + 1))
+    assert json.loads(lines[0])["env/steps"] == 2 * 32 * 64
