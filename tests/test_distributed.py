@@ -83,3 +83,26 @@ def test_two_process_cartpole_run_solves_and_only_rank_zero_writes(tmp_path) -> 
     lines = (run_dir / "metrics.jsonl").read_text().splitlines()
     assert [json.loads(line)["iteration"] for line in lines] == list(range(1, len(lines) + 1))
     assert json.loads(lines[0])["env/steps"] == 2 * 32 * 64
+
+
+@pytest.mark.slow
+def test_resume_works_with_a_different_number_of_ranks(tmp_path) -> None:
+    import json
+
+    run_dir = tmp_path / "run"
+    common = ["--set", "trainer.progress=false", "--set", "trainer.stop_at=null", "--set", "trainer.checkpoint_every=1"]
+    first = _torchrun("-m", "rlx", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"), "--run-dir", str(run_dir),
+                      *common, "--set", "trainer.max_iterations=3")
+    assert first.returncode == 0, first.stderr[-3000:]
+    # Continue the 2-rank run in one process: the shared state (policy, optimizer,
+    # normalizers, counters) carries over; envs restart from fresh resets.
+    second = subprocess.run(
+        [sys.executable, "-m", "rlx", "train", str(ROOT / "configs" / "cartpole_ppo.yaml"), "--run-dir", str(run_dir),
+         *common, "--set", "trainer.max_iterations=5", "--resume"],
+        capture_output=True, text=True, timeout=120, env=_env(),
+    )
+    assert second.returncode == 0, second.stderr[-3000:]
+    assert "(iteration 3, 12288 env steps)" in second.stdout
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert [m["iteration"] for m in lines] == [1, 2, 3, 4, 5]
+    assert [m["env_steps"] for m in lines] == [4096, 8192, 12288, 14336, 16384]
