@@ -42,3 +42,26 @@ def test_ppo_learns_the_continuous_dummy_env() -> None:
         algo.step()
         last = algo.collect()["rewards/mean"]
     assert last > 0.5 * first  # rewards are -|x|: the mean distance has at least halved
+
+
+def _rss_bytes() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * __import__("os").sysconf("SC_PAGE_SIZE")
+
+
+@pytest.mark.skipif(not __import__("os").path.exists("/proc/self/statm"), reason="needs /proc")
+@pytest.mark.parametrize("algorithm", ["ppo", "npg"])
+def test_memory_does_not_grow_across_iterations(algorithm: str) -> None:
+    from rlx import NPGConfig
+
+    cls = AlgorithmConfig if algorithm == "ppo" else NPGConfig
+    extra = {"sgd_minibatch_size": 512} if algorithm == "ppo" else {"line_search": True}
+    algo = cls(num_envs=64, horizon=32, device="cpu", seed=0, normalize_obs=True, model_config={"hiddens": [32]},
+               **extra).build(CartPole)
+    rss = {}
+    for i in range(1, 51):
+        algo.collect()
+        algo.step()
+        if i in (5, 50):
+            rss[i] = _rss_bytes()
+    assert rss[50] - rss[5] < 4 * 2**20, f"RSS grew by {(rss[50] - rss[5]) / 2**20:.1f} MiB"
