@@ -151,15 +151,16 @@ class PPO(Algorithm):
         sums = torch.zeros(6, device=self.device)  # total, policy, vf, entropy, kl, clip_fraction
         epochs_run = 0
         for _ in range(cfg.num_sgd_iters):
-            index = (
-                torch.randperm(N, device=self.device)
-                if cfg.shuffle_minibatches
-                else torch.arange(N, device=self.device)
-            )
-            # One gather per epoch into contiguous memory; minibatches are views of it.
-            epoch = {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
-            if not self._epoch_batch:
-                self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
+            if cfg.shuffle_minibatches and num_minibatches > 1:
+                # One gather per epoch into contiguous memory; minibatches are views of it.
+                index = torch.randperm(N, device=self.device)
+                epoch = {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
+                if not self._epoch_batch:
+                    self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
+            else:
+                # The flat batch is already contiguous, and one whole-batch minibatch
+                # takes the same mean in any order: no permutation, no copy.
+                epoch = batch
             epoch_kl = torch.zeros((), device=self.device)
             for k, (lo, size) in enumerate(bounds):
                 mb = {key: x[lo : lo + size] for key, x in epoch.items()}
