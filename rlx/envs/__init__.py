@@ -2,9 +2,12 @@
 adapters for gymnasium and TorchRL envs, and ``check_env`` for your own.
 """
 
+from rlx.envs.acrobot import Acrobot
 from rlx.envs.cartpole import CartPole
 from rlx.envs.dummy import ContinuousDummyEnv, DiscreteDummyEnv
+from rlx.envs.mountain_car import MountainCarContinuous
 from rlx.envs.pendulum import Pendulum
+from rlx.envs.point_mass import PointMass
 from rlx.envs.check import check_env
 from rlx.envs.gymnasium import GymnasiumEnv
 from rlx.envs.torchrl import TorchRLEnv, to_torchrl
@@ -12,4 +15,13 @@ from rlx.envs.torchrl import TorchRLEnv, to_torchrl
 #: Adapters and tools: not envs to list or benchmark by themselves.
 TOOLS = ["GymnasiumEnv", "TorchRLEnv", "check_env", "to_torchrl"]
 
-__all__ = ["CartPole", "ContinuousDummyEnv", "DiscreteDummyEnv", "Pendulum", *TOOLS]
+__all__ = [
+    "Acrobot",
+    "CartPole",
+    "ContinuousDummyEnv",
+    "DiscreteDummyEnv",
+    "MountainCarContinuous",
+    "Pendulum",
+    "PointMass",
+    *TOOLS,
+]
