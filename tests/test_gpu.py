@@ -41,6 +41,9 @@ def _run_without_syncs(algo, iterations: int = 2) -> list[dict[str, float]]:
         ("CartPole", {"enable_amp": True, "sgd_minibatch_size": 1024, "accumulate_grads": True}),
         ("Pendulum", {"sgd_minibatch_size": 1024, "kl_adaptive_lr": True, "target_kl_div": 0.01}),
         ("DiscreteDummyEnv", {"lr_schedule": [(0, 1e-3), (10_000, 1e-4)], "entropy_coeff": 0.01}),
+        ("Acrobot", {"sgd_minibatch_size": 1024}),
+        ("MountainCarContinuous", {"normalize_obs": True}),
+        ("PointMass", {"sgd_minibatch_size": 1024}),
     ],
 )
 def test_collect_and_step_do_not_sync_on_cuda(env_name: str, extra: dict) -> None:
