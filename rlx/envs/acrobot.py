@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Categorical, Unbounded
 
-from rlx.env import Env, load_state_tensors
+from rlx.envs._episodic import EpisodicEnv
 
 __all__ = ["Acrobot"]
 
@@ -22,7 +22,7 @@ def _wrap(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     return x - span * above + span * below
 
 
-class Acrobot(Env):
+class Acrobot(EpisodicEnv):
     """Swing the tip of a two-link pendulum above the bar (Sutton and Barto's acrobot).
 
     * Observation ``[B, 6]`` float32: ``cos θ1, sin θ1, cos θ2, sin θ2, θ1', θ2'``.
@@ -50,22 +50,15 @@ class Acrobot(Env):
         self.observation_spec = Unbounded(shape=(6,), device=self.device)
         self.action_spec = Categorical(3, device=self.device)
         #: ``[B, 4]`` float64: θ1, θ2, θ1', θ2'.
-        self.state = torch.zeros(num_envs, 4, dtype=torch.float64, device=self.device)
-        self.steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._allocate_state(4, torch.float64)
 
     def _initial_states(self) -> torch.Tensor:
         return torch.empty(self.num_envs, 4, dtype=torch.float64, device=self.device).uniform_(-0.1, 0.1)
 
-    @staticmethod
-    def _obs(s: torch.Tensor) -> torch.Tensor:
+    def _obs(self, s: torch.Tensor) -> torch.Tensor:
         return torch.stack(
             [torch.cos(s[:, 0]), torch.sin(s[:, 0]), torch.cos(s[:, 1]), torch.sin(s[:, 1]), s[:, 2], s[:, 3]], -1
         ).float()
-
-    def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
-        self.state.copy_(self._initial_states())
-        self.steps.zero_()
-        return self._obs(self.state)
 
     @staticmethod
     def _derivs(s: torch.Tensor, torque: torch.Tensor) -> torch.Tensor:
@@ -107,26 +100,4 @@ class Acrobot(Env):
             -1,
         )
         terminated = -torch.cos(ns[:, 0]) - torch.cos(ns[:, 1] + ns[:, 0]) > 1.0
-        steps = self.steps + 1
-        truncated = (steps >= self.max_episode_steps) & ~terminated
-        done = terminated | truncated
-        final_obs = self._obs(ns)
-        self.state.copy_(torch.where(done.unsqueeze(-1), self._initial_states(), ns))
-        self.steps.copy_(torch.where(done, 0, steps))
-        return TensorDict(
-            {
-                "obs": self._obs(self.state),
-                "rewards": torch.where(terminated, 0.0, -1.0).float().unsqueeze(-1),
-                "terminated": terminated.unsqueeze(-1),
-                "truncated": truncated.unsqueeze(-1),
-                "final_obs": final_obs,
-            },
-            batch_size=[self.num_envs],
-            device=self.device,
-        )
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"state": self.state.clone(), "steps": self.steps.clone()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        load_state_tensors(self, {k: v.to(getattr(self, k).dtype) for k, v in state.items()}, ("state", "steps"))
+        return self._end_step(ns, torch.where(terminated, 0.0, -1.0), terminated)

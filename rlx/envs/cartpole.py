@@ -9,12 +9,12 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Categorical, Unbounded
 
-from rlx.env import Env, load_state_tensors
+from rlx.envs._episodic import EpisodicEnv
 
 __all__ = ["CartPole"]
 
 
-class CartPole(Env):
+class CartPole(EpisodicEnv):
     """Balance a pole on a cart (Barto, Sutton and Anderson, 1983), CartPole-v1 physics.
 
     * Observation ``[B, 4]`` float32: cart position (m), cart velocity (m/s), pole angle
@@ -69,12 +69,7 @@ class CartPole(Env):
         super().__init__(num_envs, horizon, device=device)
         self.observation_spec = Unbounded(shape=(4,), device=self.device)
         self.action_spec = Categorical(2, device=self.device)
-        # Both buffers are only ever updated in place, so their addresses stay fixed and a
-        # CUDA graph captured around ``step`` keeps reading the live state.
-        #: ``[B, 4]`` float32: x, x_dot, theta, theta_dot.
-        self.state = torch.zeros(num_envs, 4, device=self.device)
-        #: ``[B]`` int64: steps taken in each sub-env's current episode.
-        self.steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._allocate_state(4)  # x, x_dot, theta, theta_dot
         # Both thresholds round UP to float32 (2.4 becomes 2.4000001), so comparing a float32
         # state with them would call a cart at 2.4000001 inside where gymnasium's float64
         # test calls it outside. Against the largest float32 at or below each threshold,
@@ -86,18 +81,6 @@ class CartPole(Env):
         """Draw a fresh state for every sub-env, ``[B, 4]``."""
         return torch.empty(self.num_envs, 4, device=self.device).uniform_(-self.reset_bound, self.reset_bound)
 
-    def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
-        """Start a new episode in every sub-env.
-
-        Args:
-            config: Unused; accepted for the env protocol.
-
-        Returns:
-            The first observations, ``[B, 4]`` float32.
-        """
-        self.state.copy_(self._initial_states())
-        self.steps.zero_()
-        return self.state.clone()
 
     def _next_states(self, state: torch.Tensor, push_right: torch.Tensor) -> torch.Tensor:
         """One Euler step of the frictionless cart-pole equations of motion (Florian, 2007).
@@ -148,35 +131,10 @@ class CartPole(Env):
         final_obs = self._next_states(self.state, push_right)
         x, theta = final_obs[:, 0], final_obs[:, 2]
         terminated = (x.abs() > self._x_limit) | (theta.abs() > self._theta_limit)
-        steps = self.steps + 1
         # gymnasium's TimeLimit would flag both on a failing 500th step; the protocol
-        # wants termination alone there, since nothing should bootstrap from that state.
-        truncated = (steps >= self.max_episode_steps) & ~terminated
-        done = terminated | truncated
-        # Every sub-env draws a reset state each step, used or not, so the step has the
-        # same shapes and RNG consumption whatever ends: no data-dependent control flow.
-        self.state.copy_(torch.where(done.unsqueeze(-1), self._initial_states(), final_obs))
-        self.steps.copy_(torch.where(done, 0, steps))
-        return TensorDict(
-            {
-                "obs": self.state.clone(),
-                "rewards": torch.ones(self.num_envs, 1, device=self.device),
-                "terminated": terminated.unsqueeze(-1),
-                "truncated": truncated.unsqueeze(-1),
-                "final_obs": final_obs,
-            },
-            batch_size=[self.num_envs],
-            device=self.device,
-        )
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Return the simulator state: ``state`` ``[B, 4]`` and ``steps`` ``[B]``, cloned."""
-        return {"state": self.state.clone(), "steps": self.steps.clone()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore what :meth:`state_dict` returned (from an env with the same ``num_envs``)."""
-        load_state_tensors(self, state, ("state", "steps"))
-
+        # wants termination alone there (``_end_step``), since nothing should bootstrap
+        # from that state.
+        return self._end_step(final_obs, torch.ones_like(x), terminated)
 
 
 def _float32_at_or_below(value: float) -> float:

@@ -8,12 +8,12 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Bounded, Unbounded
 
-from rlx.env import Env, load_state_tensors
+from rlx.envs._episodic import EpisodicEnv
 
 __all__ = ["MountainCarContinuous"]
 
 
-class MountainCarContinuous(Env):
+class MountainCarContinuous(EpisodicEnv):
     """Drive an underpowered car up a hill by rocking it (Moore, 1990), continuous force.
 
     * Observation ``[B, 2]`` float32: position in [-1.2, 0.6], velocity in [-0.07, 0.07].
@@ -42,17 +42,11 @@ class MountainCarContinuous(Env):
         self.observation_spec = Unbounded(shape=(2,), device=self.device)
         self.action_spec = Bounded(-1.0, 1.0, shape=(1,), device=self.device)
         #: ``[B, 2]`` float32: position, velocity.
-        self.state = torch.zeros(num_envs, 2, device=self.device)
-        self.steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._allocate_state(2)
 
     def _initial_states(self) -> torch.Tensor:
         position = torch.empty(self.num_envs, device=self.device).uniform_(-0.6, -0.4)
         return torch.stack([position, torch.zeros_like(position)], -1)
-
-    def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
-        self.state.copy_(self._initial_states())
-        self.steps.zero_()
-        return self.state.clone()
 
     def step(self, actions: torch.Tensor) -> TensorDict:
         action = actions.reshape(self.num_envs).to(self.state.dtype)
@@ -63,26 +57,4 @@ class MountainCarContinuous(Env):
         velocity = torch.where((position == self.min_position) & (velocity < 0), 0.0, velocity)
         terminated = (position >= self.goal_position) & (velocity >= self.goal_velocity)
         rewards = torch.where(terminated, 100.0, 0.0) - 0.1 * action.square()
-        final_obs = torch.stack([position, velocity], -1)
-        steps = self.steps + 1
-        truncated = (steps >= self.max_episode_steps) & ~terminated
-        done = terminated | truncated
-        self.state.copy_(torch.where(done.unsqueeze(-1), self._initial_states(), final_obs))
-        self.steps.copy_(torch.where(done, 0, steps))
-        return TensorDict(
-            {
-                "obs": self.state.clone(),
-                "rewards": rewards.unsqueeze(-1),
-                "terminated": terminated.unsqueeze(-1),
-                "truncated": truncated.unsqueeze(-1),
-                "final_obs": final_obs,
-            },
-            batch_size=[self.num_envs],
-            device=self.device,
-        )
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"state": self.state.clone(), "steps": self.steps.clone()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        load_state_tensors(self, state, ("state", "steps"))
+        return self._end_step(torch.stack([position, velocity], -1), rewards, terminated)

@@ -9,12 +9,12 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Bounded, Unbounded
 
-from rlx.env import Env, load_state_tensors
+from rlx.envs._episodic import EpisodicEnv
 
 __all__ = ["Pendulum"]
 
 
-class Pendulum(Env):
+class Pendulum(EpisodicEnv):
     """Swing a pendulum up and hold it upright with a limited torque (Pendulum-v1 physics).
 
     * Observation ``[B, 3]`` float32: ``cos(theta)``, ``sin(theta)``, angular velocity
@@ -62,12 +62,7 @@ class Pendulum(Env):
         super().__init__(num_envs, horizon, device=device)
         self.observation_spec = Unbounded(shape=(3,), device=self.device)
         self.action_spec = Bounded(-self.max_torque, self.max_torque, shape=(1,), device=self.device)
-        # Both buffers are only ever updated in place, so their addresses stay fixed and a
-        # CUDA graph captured around ``step`` keeps reading the live state.
-        #: ``[B, 2]`` float32: theta, theta_dot.
-        self.state = torch.zeros(num_envs, 2, device=self.device)
-        #: ``[B]`` int64: steps taken in each sub-env's current episode.
-        self.steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._allocate_state(2)  # theta, theta_dot
         # Made once: building it from Python numbers inside ``step`` would be a
         # host-to-device copy on every step.
         self._reset_high = torch.tensor([math.pi, 1.0], device=self.device)
@@ -76,24 +71,11 @@ class Pendulum(Env):
         """Draw a fresh state for every sub-env, ``[B, 2]``."""
         return torch.empty(self.num_envs, 2, device=self.device).uniform_(-1.0, 1.0) * self._reset_high
 
-    @staticmethod
-    def _obs(state: torch.Tensor) -> torch.Tensor:
+    def _obs(self, state: torch.Tensor) -> torch.Tensor:
         """Observe ``[B, 2]`` states as ``[B, 3]`` (cos theta, sin theta, theta_dot)."""
         theta, theta_dot = state.unbind(-1)
         return torch.stack([torch.cos(theta), torch.sin(theta), theta_dot], dim=-1)
 
-    def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
-        """Start a new episode in every sub-env.
-
-        Args:
-            config: Unused; accepted for the env protocol.
-
-        Returns:
-            The first observations, ``[B, 3]`` float32.
-        """
-        self.state.copy_(self._initial_states())
-        self.steps.zero_()
-        return self._obs(self.state)
 
     def step(self, actions: torch.Tensor) -> TensorDict:
         """Apply a torque to every pendulum, and reset those that reach the time limit.
@@ -119,29 +101,4 @@ class Pendulum(Env):
         new_theta_dot = (theta_dot + angular_acc * self.dt).clamp(-self.max_speed, self.max_speed)
         # Semi-implicit: the angle advances with the NEW (clipped) speed.
         new_state = torch.stack([theta + new_theta_dot * self.dt, new_theta_dot], dim=-1)
-        steps = self.steps + 1
-        truncated = steps >= self.max_episode_steps
-        # Every sub-env draws a reset state each step, used or not: no data-dependent
-        # control flow, and the same RNG consumption whatever ends.
-        self.state.copy_(torch.where(truncated.unsqueeze(-1), self._initial_states(), new_state))
-        self.steps.copy_(torch.where(truncated, 0, steps))
-        return TensorDict(
-            {
-                "obs": self._obs(self.state),
-                "rewards": (-costs).unsqueeze(-1),
-                "terminated": torch.zeros(self.num_envs, 1, dtype=torch.bool, device=self.device),
-                "truncated": truncated.unsqueeze(-1),
-                "final_obs": self._obs(new_state),
-            },
-            batch_size=[self.num_envs],
-            device=self.device,
-        )
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        """Return the simulator state: ``state`` ``[B, 2]`` and ``steps`` ``[B]``, cloned."""
-        return {"state": self.state.clone(), "steps": self.steps.clone()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        """Restore what :meth:`state_dict` returned (from an env with the same ``num_envs``)."""
-        load_state_tensors(self, state, ("state", "steps"))
-
+        return self._end_step(new_state, -costs, torch.zeros_like(torque, dtype=torch.bool))

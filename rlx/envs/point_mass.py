@@ -8,12 +8,12 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Bounded, Unbounded
 
-from rlx.env import Env, load_state_tensors
+from rlx.envs._episodic import EpisodicEnv
 
 __all__ = ["PointMass"]
 
 
-class PointMass(Env):
+class PointMass(EpisodicEnv):
     """Push a point mass in the square [-1, 1]² to a goal drawn per sub-env at each reset.
 
     The fast default for continuous-control benchmarks: per-env physics, goals and
@@ -43,23 +43,16 @@ class PointMass(Env):
         self.observation_spec = Unbounded(shape=(6,), device=self.device)
         self.action_spec = Bounded(-1.0, 1.0, shape=(2,), device=self.device)
         #: ``[B, 6]`` float32: position (2), velocity (2), goal (2).
-        self.state = torch.zeros(num_envs, 6, device=self.device)
-        self.steps = torch.zeros(num_envs, dtype=torch.int64, device=self.device)
+        self._allocate_state(6)
 
     def _initial_states(self) -> torch.Tensor:
         position = torch.empty(self.num_envs, 2, device=self.device).uniform_(-1.0, 1.0)
         goal = torch.empty(self.num_envs, 2, device=self.device).uniform_(-0.8, 0.8)
         return torch.cat([position, torch.zeros_like(position), goal], -1)
 
-    @staticmethod
-    def _obs(state: torch.Tensor) -> torch.Tensor:
+    def _obs(self, state: torch.Tensor) -> torch.Tensor:
         p, v, g = state.split(2, dim=-1)
         return torch.cat([p, v, g - p], -1)
-
-    def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
-        self.state.copy_(self._initial_states())
-        self.steps.zero_()
-        return self._obs(self.state)
 
     def step(self, actions: torch.Tensor) -> TensorDict:
         force = actions.reshape(self.num_envs, 2).to(self.state.dtype).clamp(-1.0, 1.0)
@@ -71,27 +64,4 @@ class PointMass(Env):
         distance = (g - p).norm(dim=-1)
         terminated = distance < self.goal_radius
         rewards = -distance - 0.01 * force.square().sum(-1) + self.goal_bonus * terminated.float()
-        new_state = torch.cat([p, v, g], -1)
-        steps = self.steps + 1
-        truncated = (steps >= self.max_episode_steps) & ~terminated
-        done = terminated | truncated
-        final_obs = self._obs(new_state)
-        self.state.copy_(torch.where(done.unsqueeze(-1), self._initial_states(), new_state))
-        self.steps.copy_(torch.where(done, 0, steps))
-        return TensorDict(
-            {
-                "obs": self._obs(self.state),
-                "rewards": rewards.unsqueeze(-1),
-                "terminated": terminated.unsqueeze(-1),
-                "truncated": truncated.unsqueeze(-1),
-                "final_obs": final_obs,
-            },
-            batch_size=[self.num_envs],
-            device=self.device,
-        )
-
-    def state_dict(self) -> dict[str, torch.Tensor]:
-        return {"state": self.state.clone(), "steps": self.steps.clone()}
-
-    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
-        load_state_tensors(self, state, ("state", "steps"))
+        return self._end_step(torch.cat([p, v, g], -1), rewards, terminated)

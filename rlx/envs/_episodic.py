@@ -1,0 +1,86 @@
+"""The shared machinery of the built-in episodic envs: time limit, auto-reset, state."""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDict
+
+from rlx.env import Env, load_state_tensors
+
+__all__ = ["EpisodicEnv"]
+
+
+class EpisodicEnv(Env):
+    """A batch of sub-envs with a ``[B, S]`` state, a step counter and a time limit.
+
+    Subclasses set the specs, call :meth:`_allocate_state`, and implement
+    :meth:`_initial_states` (fresh ``[B, S]`` states) and ``step``, which computes the
+    next states, rewards and terminal flags and returns :meth:`_end_step`. That handles
+    the time limit (``truncated`` never set together with ``terminated``), the auto-reset
+    and the output TensorDict. Every sub-env draws a reset state on every step, used or
+    not, so a step has the same shapes and RNG consumption whatever ends: no
+    data-dependent control flow, and the buffers are updated in place, so a captured
+    CUDA graph keeps reading the live state.
+    """
+
+    graph_safe: ClassVar[bool] = True
+    #: Time limit of an episode, in steps.
+    max_episode_steps: ClassVar[int]
+
+    def _allocate_state(self, size: int, dtype: torch.dtype = torch.float32) -> None:
+        #: ``[B, S]`` simulator state.
+        self.state = torch.zeros(self.num_envs, size, dtype=dtype, device=self.device)
+        #: ``[B]`` int64: steps taken in each sub-env's current episode.
+        self.steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+
+    @abstractmethod
+    def _initial_states(self) -> torch.Tensor:
+        """Fresh states for every sub-env, ``[B, S]``."""
+
+    def _obs(self, state: torch.Tensor) -> torch.Tensor:
+        """Observations of ``[B, S]`` states (default: the state itself, as float32)."""
+        return state.float().clone()
+
+    def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
+        """Start a new episode in every sub-env; ``config`` is accepted and unused."""
+        self.state.copy_(self._initial_states())
+        self.steps.zero_()
+        return self._obs(self.state)
+
+    def _end_step(self, new_state: torch.Tensor, rewards: torch.Tensor, terminated: torch.Tensor) -> TensorDict:
+        """Apply the time limit and auto-reset, and build ``step``'s output.
+
+        Args:
+            new_state: ``[B, S]`` states reached by this step.
+            rewards: ``[B]`` rewards of this step.
+            terminated: ``[B]`` bool, the new state is terminal.
+        """
+        steps = self.steps + 1
+        truncated = (steps >= self.max_episode_steps) & ~terminated
+        done = terminated | truncated
+        final_obs = self._obs(new_state)
+        self.state.copy_(torch.where(done.unsqueeze(-1), self._initial_states(), new_state))
+        self.steps.copy_(torch.where(done, 0, steps))
+        return TensorDict(
+            {
+                "obs": self._obs(self.state),
+                "rewards": rewards.float().unsqueeze(-1),
+                "terminated": terminated.unsqueeze(-1),
+                "truncated": truncated.unsqueeze(-1),
+                "final_obs": final_obs,
+            },
+            batch_size=[self.num_envs],
+            device=self.device,
+        )
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """The simulator state: ``state`` ``[B, S]`` and ``steps`` ``[B]``, cloned."""
+        return {"state": self.state.clone(), "steps": self.steps.clone()}
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        """Restore what :meth:`state_dict` returned (from an env with the same ``num_envs``)."""
+        cast = {k: v.to(getattr(self, k).dtype) for k, v in state.items() if k in ("state", "steps")}
+        load_state_tensors(self, cast, ("state", "steps"))
