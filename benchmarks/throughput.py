@@ -50,14 +50,15 @@ def _peak_memory_mb(device: torch.device) -> float:
 
 
 def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
-              amp: bool, iters: int, warmup: int) -> dict:
+              amp: bool, iters: int, warmup: int, cudagraphs: bool = False) -> dict:
     env_cls = getattr(rlx.envs, env_name)
     common = dict(
         num_envs=num_envs, horizon=horizon, device=device, seed=0, enable_amp=amp,
         model_config={"hiddens": hiddens, "activation_fn": "tanh"}, gamma=0.99,
     )
     if algo_name == "ppo":
-        config = AlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=min(num_envs * horizon, 32768))
+        config = AlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=min(num_envs * horizon, 32768),
+                                 cudagraphs=cudagraphs)
         epochs = config.num_sgd_iters
     else:
         config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
@@ -83,6 +84,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     c, s = statistics.median(collect_s), statistics.median(step_s)
     return {
         "env": env_name, "algo": algo_name, "num_envs": num_envs, "horizon": horizon, "hiddens": hiddens, "amp": amp,
+        "cudagraphs": cudagraphs,
         "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
         "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
         "collect_ms": 1e3 * c, "step_ms": 1e3 * s, "peak_memory_mb": _peak_memory_mb(dev),
@@ -99,6 +101,7 @@ def main() -> None:
     parser.add_argument("--envs", nargs="+", default=["CartPole", "Pendulum", "DiscreteDummyEnv"])
     parser.add_argument("--hiddens", type=int, nargs="+", default=[64, 64])
     parser.add_argument("--amp", action="store_true")
+    parser.add_argument("--cudagraphs", action="store_true", help="PPO: CUDA-graph the minibatch update")
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
@@ -117,7 +120,8 @@ def main() -> None:
         for algo_name in args.algos:
             for b in sizes:
                 row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
-                                3 if args.quick else args.iters, 1 if args.quick else args.warmup)
+                                3 if args.quick else args.iters, 1 if args.quick else args.warmup,
+                                args.cudagraphs and algo_name == "ppo")
                 rows.append(row)
                 print(
                     f"{env_name:16s} {algo_name:4s} B={b:6d}  collect {row['collect_steps_per_s']:12,.0f}/s  "
@@ -130,7 +134,7 @@ def main() -> None:
     meta = {"torch": torch.__version__, "device": str(device), "device_name": name, "threads": args.threads,
             "commit": commit, "date": time.strftime("%Y-%m-%d")}
     RESULTS.mkdir(exist_ok=True)
-    tag = "cuda" if device.type == "cuda" else "cpu"
+    tag = ("cuda" if device.type == "cuda" else "cpu") + ("_cudagraphs" if args.cudagraphs else "")
     with open(RESULTS / f"throughput_{tag}.jsonl", "a") as f:
         for row in rows:
             f.write(json.dumps({**row, **meta}) + "\n")

@@ -276,10 +276,16 @@ class AlgorithmConfig(CommonConfig):
     kl_adaptive_lr: bool = False
     #: ``(min_lr, max_lr)`` for ``kl_adaptive_lr``.
     kl_adaptive_lr_bounds: tuple[float, float] = (1e-5, 1e-2)
+    #: CUDA only: capture the minibatch update (forward, losses, backward, clipping,
+    #: a capturable Adam with a tensor LR) in a CUDA graph and replay it, removing the
+    #: per-kernel launch cost. Needs equal minibatches (``sgd_minibatch_size`` dividing
+    #: ``num_envs * horizon``), no AMP, no gradient accumulation, one process and tensor
+    #: observations. The first 3 minibatches run eagerly to warm up.
+    cudagraphs: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("accumulate_grads", "shuffle_minibatches", "kl_adaptive_lr"):
+        for field in ("accumulate_grads", "shuffle_minibatches", "kl_adaptive_lr", "cudagraphs"):
             _check_bool(self, field)
         _check_float(self, "entropy_coeff", low=0.0)
         if self.entropy_coeff_schedule is not None:
@@ -306,6 +312,17 @@ class AlgorithmConfig(CommonConfig):
                 or bounds[0] > bounds[1]
             ):
                 _fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
+
+        if self.cudagraphs:
+            if self.enable_amp or self.accumulate_grads:
+                _fail(self, "cudagraphs", "cannot be combined with enable_amp or accumulate_grads")
+            if self.buffer_size % self.minibatch_size:
+                _fail(
+                    self,
+                    "cudagraphs",
+                    f"needs equal minibatches: sgd_minibatch_size={self.minibatch_size} must divide "
+                    f"num_envs * horizon = {self.buffer_size}",
+                )
 
     @property
     def minibatch_size(self) -> int:

@@ -90,3 +90,15 @@ def test_defaults_follow_rl8_except_episode_resets() -> None:
     assert (config.horizon, config.num_envs, config.num_sgd_iters, config.clip_param) == (32, 8192, 4, 0.2)
     assert config.horizons_per_env_reset == -1
     assert config.optimizer_kwargs == {"lr": 1e-3}
+
+
+def test_cudagraphs_needs_equal_minibatches_and_no_amp() -> None:
+    with pytest.raises(ValueError, match=r"cudagraphs: needs equal minibatches"):
+        AlgorithmConfig(num_envs=10, horizon=10, sgd_minibatch_size=30, cudagraphs=True)
+    with pytest.raises(ValueError, match=r"cudagraphs: cannot be combined with enable_amp"):
+        AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, enable_amp=True)
+    if not torch.cuda.is_available():
+        from rlx.envs import CartPole
+
+        with pytest.raises(ValueError, match=r"cudagraphs: needs a CUDA device"):
+            AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, device="cpu").build(CartPole)

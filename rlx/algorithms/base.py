@@ -154,6 +154,10 @@ class Algorithm(ABC):
 
     def _optimizer_kwargs(self) -> dict[str, Any]:
         kwargs = dict(self.config.optimizer_kwargs)
+        if getattr(self.config, "cudagraphs", False):
+            # A graph-captured step: Adam keeps its step counts on the device, and the
+            # LR is a tensor that _set_lr updates in place.
+            return {**kwargs, "capturable": True, "lr": torch.tensor(float(kwargs["lr"]), device=self.device)}
         # Fused Adam on CUDA takes the GradScaler's found-inf flag on the device, so an
         # AMP step never syncs; it is also the fastest Adam there.
         if (
@@ -165,6 +169,7 @@ class Algorithm(ABC):
         return kwargs
 
     def _set_lr(self, lr: float) -> None:
+        self._lr_value = float(lr)  # host mirror: reading a tensor LR would sync
         for group in self.optimizer.param_groups:
             if isinstance(group["lr"], Tensor):
                 group["lr"].fill_(lr)
@@ -174,8 +179,7 @@ class Algorithm(ABC):
     @property
     def lr(self) -> float:
         """The current learning rate."""
-        lr = self.optimizer.param_groups[0]["lr"]
-        return float(lr) if not isinstance(lr, Tensor) else lr.item()  # SYNC: only a tensor LR
+        return self._lr_value
 
     def validate(self) -> None:
         """Check the env and the policy against the specs, then allocate the buffer.

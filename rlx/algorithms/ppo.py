@@ -117,6 +117,15 @@ class PPO(Algorithm):
         self._entropy_coeff_value = self.entropy_schedule.value(0)
         self.entropy_coeff = torch.tensor(self._entropy_coeff_value, device=self.device)
         self._epoch_batch: dict[str, Tensor] = {}
+        self._graph: torch.cuda.CUDAGraph | None = None
+        self._graph_inputs: dict[str, Tensor] = {}
+        self._graph_stats: Tensor | None = None
+        self._graph_warmups = 0
+        if config.cudagraphs:
+            if self.device.type != "cuda":
+                raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
+            if self.world_size > 1:
+                raise ValueError("AlgorithmConfig.cudagraphs: not supported under torch.distributed yet")
 
     def _minibatch_bounds(self) -> list[tuple[int, int]]:
         n, m = self.num_envs * self.horizon, self.config.minibatch_size
@@ -147,7 +156,6 @@ class PPO(Algorithm):
         bounds = self._minibatch_bounds()
         num_minibatches = len(bounds)
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        amp = cfg.enable_amp
         sums = torch.zeros(6, device=self.device)  # total, policy, vf, entropy, kl, clip_fraction
         epochs_run = 0
         for _ in range(cfg.num_sgd_iters):
@@ -164,30 +172,16 @@ class PPO(Algorithm):
             epoch_kl = torch.zeros((), device=self.device)
             for k, (lo, size) in enumerate(bounds):
                 mb = {key: x[lo : lo + size] for key, x in epoch.items()}
-                with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=amp):
-                    out = self.policy.evaluate(mb[OBS], mb[ACTIONS])
-                losses = ppo_losses(
-                    out.logp,
-                    out.entropy,
-                    out.values.float(),
-                    mb[LOGP],
-                    mb[VALUES],
-                    mb[ADVANTAGES],
-                    mb[RETURNS],
-                    clip_param=cfg.clip_param,
-                    dual_clip_param=cfg.dual_clip_param,
-                    vf_clip_param=cfg.vf_clip_param,
-                    vf_coeff=cfg.vf_coeff,
-                    entropy_coeff=self.entropy_coeff,
-                )
-                # With accumulation each minibatch mean is weighted by its share of the
-                # buffer, so the summed gradient is exactly the full-batch gradient.
-                loss = losses.total * (size / N) if cfg.accumulate_grads else losses.total
-                self.grad_scaler.scale(loss).backward()
-                if not cfg.accumulate_grads or k == num_minibatches - 1:
-                    self._optimizer_step(params)
-                sums += torch.stack([losses.total.detach(), *losses[1:]])
-                epoch_kl += losses.kl
+                if cfg.cudagraphs:
+                    stats = self._graphed_update(mb, params)
+                else:
+                    # With accumulation each minibatch mean is weighted by its share of
+                    # the buffer, so the summed gradient is exactly the full-batch one.
+                    weight = size / N if cfg.accumulate_grads else 1.0
+                    step_now = not cfg.accumulate_grads or k == num_minibatches - 1
+                    stats = self._update(mb, params, weight=weight, step=step_now)
+                sums += stats
+                epoch_kl += stats[4]
             epochs_run += 1
             if cfg.target_kl_div is not None:
                 global_kl = rdist.all_reduce_(epoch_kl / num_minibatches, "mean")  # every rank decides alike
@@ -217,6 +211,60 @@ class PPO(Algorithm):
             "coefficients/vf": float(cfg.vf_coeff),
             "profiling/step_ms": 1e3 * (time.perf_counter() - start),
         }
+
+    def _update(self, mb: dict[str, Tensor], params: list, *, weight: float = 1.0, step: bool = True) -> Tensor:
+        """One minibatch: forward, PPO losses, backward, and (when ``step``) the optimizer.
+
+        Returns:
+            ``[6]``: total, policy, vf and entropy losses, approximate KL, clip fraction.
+        """
+        cfg = self.config
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
+            out = self.policy.evaluate(mb[OBS], mb[ACTIONS])
+        losses = ppo_losses(
+            out.logp,
+            out.entropy,
+            out.values.float(),
+            mb[LOGP],
+            mb[VALUES],
+            mb[ADVANTAGES],
+            mb[RETURNS],
+            clip_param=cfg.clip_param,
+            dual_clip_param=cfg.dual_clip_param,
+            vf_clip_param=cfg.vf_clip_param,
+            vf_coeff=cfg.vf_coeff,
+            entropy_coeff=self.entropy_coeff,
+        )
+        self.grad_scaler.scale(losses.total * weight if weight != 1.0 else losses.total).backward()
+        if step:
+            self._optimizer_step(params)
+        return torch.stack([losses.total.detach(), *losses[1:]])
+
+    def _graphed_update(self, mb: dict[str, Tensor], params: list) -> Tensor:
+        """:meth:`_update` through a CUDA graph: copy the minibatch into static inputs and
+        replay. The first three calls run eagerly on a side stream (allocator, cuBLAS and
+        Adam state warm-up, as CUDA graph capture requires); the fourth captures."""
+        if not self._graph_inputs:
+            self._graph_inputs = {k: torch.empty_like(v) for k, v in mb.items()}
+        for key, value in mb.items():
+            self._graph_inputs[key].copy_(value)
+        if self._graph is not None:
+            self._graph.replay()
+            return self._graph_stats.clone()
+        if self._graph_warmups < 3:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(torch.cuda.current_stream(self.device))
+            with torch.cuda.stream(side):
+                stats = self._update(self._graph_inputs, params)
+            torch.cuda.current_stream(self.device).wait_stream(side)
+            self._graph_warmups += 1
+            return stats
+        self.optimizer.zero_grad(set_to_none=True)
+        self._graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(self._graph):
+            self._graph_stats = self._update(self._graph_inputs, params)
+        self._graph.replay()  # capture records kernels without running them
+        return self._graph_stats.clone()
 
     def _adapt_lr(self, kl: float) -> None:
         target = self.config.target_kl_div
