@@ -122,7 +122,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
         print(f"  observation: {type(obs).__name__}{list(obs.shape)} {obs.dtype}")
         bounds = ""
         if hasattr(act.space, "low"):
-            bounds = f" in [{act.space.low.min().item():g}, {act.space.high.max().item():g}]"
+            bounds = f" in [{act.space.low.min().item():g}, {act.space.high.max().item():g}]"  # SYNC: listing
         elif hasattr(act.space, "n"):
             bounds = f" with {act.space.n} choices"
         print(f"  action:      {type(act).__name__}{list(act.shape)} {act.dtype}{bounds}")

@@ -117,7 +117,7 @@ def check_env(
                 done |= out.get(key).squeeze(-1)
         if done.any() and FINAL_OBS in out.keys():
             ended += int(done.sum())
-            idx = done.nonzero().squeeze(-1)
+            idx = done.nonzero().squeeze(-1)  # SYNC: a checker, not a training loop
             if _same(out.get(OBS)[idx], out.get(FINAL_OBS)[idx]):
                 stuck += 1
         if problems:

@@ -183,13 +183,13 @@ class GymnasiumEnv(Env):
 
     def reset(self, *, config: dict[str, Any] | None = None) -> Any:
         # Seeds come from torch's RNG, so an rlx seed makes gymnasium's resets repeatable.
-        seed = int(torch.randint(0, 2**31 - 1, ()).item())
+        seed = int(torch.randint(0, 2**31 - 1, ()).item())  # SYNC: reset only, CPU RNG
         obs, _ = self.vector_env.reset(seed=seed, options=config)
         self._obs_np = obs
         return self._torch_obs(obs)
 
     def step(self, actions: torch.Tensor) -> TensorDict:
-        actions_np = actions.detach().cpu().numpy()  # gymnasium lives on the host
+        actions_np = actions.detach().cpu().numpy()  # SYNC: gymnasium lives on the host
         if isinstance(self.action_spec, Categorical) and actions_np.ndim > 1:
             actions_np = actions_np.reshape(self.num_envs)
         obs, rewards, terminated, truncated, info = self.vector_env.step(actions_np + self._action_offset)
