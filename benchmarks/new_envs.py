@@ -1,13 +1,32 @@
 """PPO on the newer built-in envs: Acrobot, PointMass, MountainCarContinuous.
 
-    python benchmarks/new_envs.py [--envs acrobot point_mass mountain_car_continuous] [--seed 0]
+    python benchmarks/new_envs.py [--envs acrobot point_mass mountain_car_continuous]
+                                  [--seeds 0 1 2] [--set config.gamma=0.99 ...] [--out FILE]
 
-Trains each with its YAML config (``configs/<env>_ppo.yaml``) until the config's stop
-condition holds or the step budget runs out, and prints the env steps and training
-wall-clock. The threshold only counts once every env has run for one full time limit:
-before that, the episodes that end are the lucky short ones (a goal reached by chance)
-and their mean return is biased upwards. Then the deterministic policy is evaluated on
-256 fresh episodes (``eval/return_mean``). Appends to ``benchmarks/results/new_envs.jsonl``.
+Trains each env with its YAML config (``configs/<env>_ppo.yaml``, the same run that
+``rlx train`` makes) until the config's ``stop_at`` threshold on
+``episodes/return_mean`` (the mean return of the episodes that ended during the last
+``collect()``) holds, or ``trainer.max_env_steps`` runs out. It prints, per env and
+seed, the best mean return, the env steps and the training wall-clock (collect and
+update only), then the deterministic policy's mean return over 256 fresh episodes.
+
+The threshold only counts once every sub-env has run for one full time limit: before
+that, the episodes that have ended are the lucky short ones (a goal reached by chance)
+and their mean return is biased upwards.
+
+Thresholds (in the configs):
+
+* Acrobot, -100: a random policy scores about -500 (rarely reaching the line);
+  gymnasium's own "solved" bar for Acrobot-v1 is -100.
+* PointMass, -1: a random policy scores about -190 and one that never reaches its goal
+  cannot beat about -19; a hand-tuned PD controller reaches every goal in about 16
+  steps and scores +0.3. Above -1 the stochastic policy reaches nearly every goal about
+  as fast as that controller.
+* MountainCarContinuous, 90: gymnasium's "solved" bar for MountainCarContinuous-v0;
+  standing still scores 0, and a policy that reaches the goal pays for its pushes.
+
+Appends one JSON line per env and seed to ``--out`` (``benchmarks/results/new_envs.jsonl``
+by default; ``--out ''`` records nothing).
 """
 
 from __future__ import annotations
@@ -15,52 +34,91 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import statistics
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from rlx.trainer import evaluate_policy, load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
+METRIC = "episodes/return_mean"
+
+
+def train_to_threshold(name: str, seed: int, overrides: list[str]) -> dict[str, Any]:
+    """Train ``configs/<name>_ppo.yaml`` with ``seed`` until its threshold or its step budget.
+
+    Returns:
+        The threshold, whether and when it was reached, the best mean return, the env
+        steps and training seconds, and the deterministic evaluation's metrics.
+    """
+    run = load_run_config(ROOT / "configs" / f"{name}_ppo.yaml", [f"config.seed={seed}", *overrides])
+    threshold = run.trainer.stop_at[METRIC]
+    algo = run.config.build(run.env_cls)
+    warmup = getattr(algo.env, "max_episode_steps", 0) * algo.num_envs
+    best, reached_at = -math.inf, None
+    start = time.perf_counter()
+    while algo.env_steps < run.trainer.max_env_steps:
+        value = algo.collect()[METRIC]
+        algo.step()
+        if not math.isnan(value) and algo.env_steps >= warmup:
+            best = max(best, value)
+            if value >= threshold:
+                reached_at = algo.env_steps
+                break
+    train_s = time.perf_counter() - start
+    env = run.env_cls(256, None, device=algo.device)
+    evaluation = evaluate_policy(algo.policy, env, episodes=256, max_steps=2 * env.max_episode_steps)
+    return {
+        "env": name,
+        "seed": seed,
+        "overrides": overrides,
+        "threshold": threshold,
+        "reached": reached_at is not None,
+        "best": best,
+        "env_steps": algo.env_steps,
+        "train_s": train_s,
+        **evaluation,
+    }
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--envs", nargs="+", default=["acrobot", "point_mass", "mountain_car_continuous"])
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--set", dest="overrides", nargs="*", default=[], help="config overrides, as rlx train --set")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "new_envs.jsonl"))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
+    commit = subprocess.run(
+        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
+    ).stdout.strip()
     for name in args.envs:
-        run = load_run_config(ROOT / "configs" / f"{name}_ppo.yaml", [f"config.seed={args.seed}"])
-        algo = run.config.build(run.env_cls)
-        (key, threshold), = run.trainer.stop_at.items()
-        best, reached_at = -math.inf, None
-        warmup = getattr(algo.env, "max_episode_steps", 0) * algo.num_envs
-        start = time.perf_counter()
-        while algo.env_steps < run.trainer.max_env_steps:
-            value = algo.collect()[key]
-            algo.step()
-            if not math.isnan(value) and algo.env_steps >= warmup:
-                best = max(best, value)
-                if value >= threshold:
-                    reached_at = algo.env_steps
-                    break
-        elapsed = time.perf_counter() - start
-        env = run.env_cls(256, None, device=algo.device)
-        limit = getattr(env, "max_episode_steps", 1000)
-        evaluation = evaluate_policy(algo.policy, env, episodes=256, max_steps=2 * limit)
-        status = f"reached {threshold:g}" if reached_at else f"NOT reached {threshold:g}"
-        print(f"{name}: {status}; best {key} {best:.1f} after {algo.env_steps} env steps, {elapsed:.1f} s; "
-              f"deterministic eval return {evaluation['eval/return_mean']:.1f} over "
-              f"{evaluation['eval/episodes']:.0f} episodes", flush=True)
-        with open(ROOT / "benchmarks" / "results" / "new_envs.jsonl", "a") as f:
-            f.write(json.dumps({"env": name, "seed": args.seed, "threshold": threshold, "reached": reached_at is not None,
-                                "best": best, "env_steps": algo.env_steps, "train_s": elapsed, **evaluation,
-                                "torch": torch.__version__, "commit": commit}) + "\n")
+        results = []
+        for seed in args.seeds:
+            result = train_to_threshold(name, seed, args.overrides)
+            results.append(result)
+            status = "reached" if result["reached"] else "NOT reached"
+            print(
+                f"{name} seed {seed}: {status} {result['threshold']:g}; best {METRIC} {result['best']:.1f} after "
+                f"{result['env_steps']} env steps, {result['train_s']:.1f} s; deterministic eval return "
+                f"{result['eval/return_mean']:.1f}, length {result['eval/length_mean']:.1f}",
+                flush=True,
+            )
+            if args.out:
+                with open(args.out, "a") as f:
+                    f.write(json.dumps({**result, "torch": torch.__version__, "commit": commit}) + "\n")
+        if len(results) > 1:
+            print(
+                f"{name}: reached {sum(r['reached'] for r in results)}/{len(results)} seeds; median "
+                f"{statistics.median(r['env_steps'] for r in results):.0f} env steps, "
+                f"{statistics.median(r['train_s'] for r in results):.1f} s",
+                flush=True,
+            )
 
 
 if __name__ == "__main__":

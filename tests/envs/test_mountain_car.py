@@ -1,4 +1,4 @@
-"""MountainCarContinuous: step-for-step parity with gymnasium, goal, wall and truncation."""
+"""MountainCarContinuous: step-for-step parity with gymnasium, and episode-end semantics."""
 
 from __future__ import annotations
 
@@ -11,56 +11,293 @@ from rlx.env import check_step_output
 from rlx.envs import MountainCarContinuous
 
 
-def _set(env, state, steps=0) -> None:
-    env.load_state_dict(
-        {"state": torch.as_tensor(np.asarray(state), dtype=torch.float32).reshape(env.num_envs, 2),
-         "steps": torch.as_tensor(steps).expand(env.num_envs).clone()}
-    )
+def _load(env: MountainCarContinuous, state: torch.Tensor, steps: int | torch.Tensor = 0) -> None:
+    """Put every sub-env in ``state`` ``[B, 2]`` (position, velocity) after ``steps`` steps."""
+    steps = torch.as_tensor(steps, dtype=torch.int64).expand(env.num_envs).clone()
+    env.load_state_dict({"state": torch.as_tensor(state, dtype=torch.float32), "steps": steps})
 
 
-def test_mountain_car_matches_gymnasium_step_for_step() -> None:
+def _gym_mountain_car():
     gym = pytest.importorskip("gymnasium")
     ref = gym.make("MountainCarContinuous-v0").unwrapped
     ref.reset(seed=0)
+    return ref
+
+
+def _gym_step(ref, state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, float, bool]:
+    """Step gymnasium's env from the float32 ``state`` ``[2]`` with a float32 ``action`` ``[1]``.
+
+    Both as float32 arrays, as gymnasium keeps its state and as its action space is, so
+    that it computes in float32 like the batched env.
+    """
+    ref.state = state.float().numpy().copy()
+    obs, reward, terminated, truncated, _ = ref.step(action.float().numpy().copy())
+    assert not truncated  # the unwrapped env never truncates; the time limit is a wrapper
+    return torch.as_tensor(obs), float(reward), bool(terminated)
+
+
+def _f32(value: float) -> torch.Tensor:
+    return torch.tensor(value, dtype=torch.float32)
+
+
+def _goal_threshold_states() -> torch.Tensor:
+    """States whose step ends one float32 ulp below, at and above the goal position 0.45.
+
+    At full speed pushed forward, the velocity stays clipped at 0.07 exactly, so the step
+    adds exactly float32(0.07) to the position: the end position is known to the bit.
+    """
+    goal, speed = _f32(0.45), _f32(0.07)
+    targets = [torch.nextafter(goal, _f32(0.0)), goal, torch.nextafter(goal, _f32(1.0))]
+    start = goal - speed
+    candidates = [start]
+    for _ in range(4):  # a few float32 ulps either side of the guess
+        lower, higher = torch.nextafter(candidates[0], _f32(0.0)), torch.nextafter(candidates[-1], _f32(1.0))
+        candidates = [lower, *candidates, higher]
+    rows = []
+    for target in targets:
+        hits = [c for c in candidates if c + speed == target]
+        assert hits, "no start position lands on the target"
+        rows.append([hits[0].item(), speed.item()])
+    return torch.tensor(rows, dtype=torch.float32)
+
+
+def test_mountain_car_matches_gymnasium_step_for_step() -> None:
+    ref = _gym_mountain_car()
     torch.manual_seed(0)
-    B = 256
-    states = torch.stack([torch.rand(B) * 1.8 - 1.2, (torch.rand(B) * 2 - 1) * 0.07], -1)
-    # Edge cases: at the left wall moving left, at the goal, at the speed limit.
-    states[:4] = torch.tensor([[-1.2, -0.05], [0.449, 0.01], [0.44, 0.07], [-1.19, -0.07]])
-    actions = (torch.rand(B, 1) * 2 - 1) * 1.5  # beyond the bounds too
+    n = 400
+    random_states = torch.stack([torch.rand(n) * 1.8 - 1.2, (torch.rand(n) * 2 - 1) * 0.07], dim=-1)
+    random_actions = (torch.rand(n, 1) * 2 - 1) * 1.5  # beyond the bounds too
+    # Edge cases, each with the force that matters for it.
+    edge = [
+        ([-1.19, -0.07], -1.0),  # runs into the left wall: clipped there and stopped
+        ([-1.2, -0.05], 0.0),  # already at the wall, still moving left: stopped
+        ([-1.2, 0.0], 1.0),  # at the wall, pulled and pushed right: keeps its velocity
+        ([-0.5, 0.07], 1.0),  # at the speed limit pushed further: clipped at 0.07
+        ([-0.5, -0.07], -1.0),  # and at -0.07
+        ([0.59, 0.07], 1.0),  # past the right end: clipped at 0.6, goal reached, velocity kept
+        ([0.5, -0.01], -1.0),  # past the goal moving back: not terminated
+        ([0.449, 0.01], 0.0),  # crosses the goal moving forward
+        ([-0.5, 0.0], 100.0),  # far beyond the force bound: clipped force, full cost
+        ([-0.5, 0.0], -100.0),
+    ]
+    edge_states = torch.tensor([state for state, _ in edge])
+    edge_actions = torch.tensor([[action] for _, action in edge])
+    threshold_states = _goal_threshold_states()
+    states = torch.cat([random_states, edge_states, threshold_states])
+    actions = torch.cat([random_actions, edge_actions, torch.ones(3, 1)])
+    B = states.shape[0]
     env = MountainCarContinuous(B)
-    _set(env, states)
+    _load(env, states)
     out = env.step(actions)
     check_step_output(out, env.observation_spec, B)
-    for i in range(B):
-        ref.state = states[i].numpy().astype(np.float32)
-        obs, reward, terminated, _, _ = ref.step(actions[i].double().numpy())
-        assert_close(out["final_obs"][i], torch.as_tensor(obs, dtype=torch.float32), atol=1e-5, rtol=1e-5)
-        assert out["rewards"][i, 0].item() == pytest.approx(reward, rel=1e-5, abs=1e-5)
-        assert out["terminated"][i, 0].item() == terminated
-    assert out["terminated"][1, 0] and out["rewards"][1, 0] > 99
+    expected = [_gym_step(ref, states[i], actions[i]) for i in range(B)]
+    final_obs = torch.stack([obs for obs, _, _ in expected])
+    assert_close(out["final_obs"], final_obs, atol=1e-5, rtol=1e-5)
+    # The velocities are small (|v| <= 0.07): check them at the scale of float32 rounding too.
+    assert_close(out["final_obs"][:, 1], final_obs[:, 1], atol=1e-8, rtol=1e-6)
+    assert_close(out["rewards"][:, 0], torch.tensor([reward for _, reward, _ in expected]), atol=1e-5, rtol=1e-5)
+    assert out["terminated"][:, 0].tolist() == [terminated for _, _, terminated in expected]
+
+    e = n  # the edge cases, row by row
+    assert out["final_obs"][e].tolist() == [_f32(-1.2).item(), 0.0]
+    assert out["final_obs"][e + 1, 1] == 0.0 and out["final_obs"][e + 2, 1] > 0
+    assert out["final_obs"][e + 3, 1] == _f32(0.07) and out["final_obs"][e + 4, 1] == -_f32(0.07)
+    assert out["final_obs"][e + 5].tolist() == [_f32(0.6).item(), _f32(0.07).item()]
+    assert out["terminated"][e : e + 8, 0].tolist() == [False] * 5 + [True, False, True]
+    assert out["rewards"][e + 5, 0] == pytest.approx(100.0 - 0.1)
+    assert out["rewards"][e + 8, 0] == pytest.approx(-1000.0)
+    # At the goal threshold: one float32 ulp short does not end the episode, at and above
+    # do (gymnasium compares its float32 position with 0.45 rounded to float32 too).
+    goal = _f32(0.45)
+    ends = [torch.nextafter(goal, _f32(0.0)), goal, torch.nextafter(goal, _f32(1.0))]
+    assert out["final_obs"][-3:, 0].tolist() == [end.item() for end in ends]
+    assert out["terminated"][-3:, 0].tolist() == [False, True, True]
 
 
-def test_mountain_car_follows_a_gymnasium_rollout() -> None:
-    gym = pytest.importorskip("gymnasium")
-    ref = gym.make("MountainCarContinuous-v0").unwrapped
-    ref.reset(seed=3)
-    env = MountainCarContinuous(1)
+def test_mountain_car_follows_a_long_gymnasium_rollout() -> None:
+    ref = _gym_mountain_car()
     rng = np.random.default_rng(0)
-    for _ in range(400):
-        _set(env, ref.state)
-        a = rng.uniform(-1, 1, size=(1,))
-        obs, reward, terminated, _, _ = ref.step(a)
-        out = env.step(torch.as_tensor(a, dtype=torch.float32).view(1, 1))
-        assert_close(out["final_obs"][0], torch.as_tensor(obs, dtype=torch.float32), atol=1e-5, rtol=1e-5)
-        assert out["rewards"][0, 0].item() == pytest.approx(reward, rel=1e-5, abs=1e-5)
+    env = MountainCarContinuous(1)
+    episodes = 0
+    for _ in range(700):
+        # Start both from gymnasium's float32 state each step.
+        state = torch.as_tensor(ref.state, dtype=torch.float32)
+        _load(env, state.unsqueeze(0))
+        # Mostly push along the velocity (rocking the car up the hill), with noise.
+        push = 1.0 if state[1] >= 0 else -1.0
+        action = torch.tensor([push * rng.uniform(0.5, 1.2) if rng.random() < 0.9 else rng.uniform(-1.2, 1.2)])
+        obs, reward, terminated = _gym_step(ref, state, action)
+        out = env.step(action.float().view(1, 1))
+        assert_close(out["final_obs"][0], obs, atol=1e-5, rtol=1e-5)
+        assert_close(out["rewards"][0, 0].item(), reward, atol=1e-5, rtol=1e-5)
+        assert out["terminated"][0, 0].item() == terminated
+        if terminated:
+            episodes += 1
+            ref.reset()
+        else:
+            assert torch.equal(out["obs"], out["final_obs"])
+    assert episodes >= 3
 
 
-def test_mountain_car_truncates_at_999_steps_and_resets() -> None:
+def test_ended_sub_envs_auto_reset_and_keep_their_final_observation() -> None:
+    torch.manual_seed(0)
+    # Sub-env 1 reaches the goal this step; sub-env 2 takes its 999th step.
+    states = torch.tensor([[-0.5, 0.01], [0.44, 0.05], [-0.5, 0.0], [0.2, -0.03]])
+    actions = torch.tensor([[1.0], [0.5], [-0.2], [0.0]])
+    env = MountainCarContinuous(4)
+    _load(env, states, steps=torch.tensor([3, 100, 998, 7]))
+    out = env.step(actions)
+    check_step_output(out, env.observation_spec, 4)
+    assert out["terminated"][:, 0].tolist() == [False, True, False, False]
+    assert out["truncated"][:, 0].tolist() == [False, False, True, False]
+    assert_close(out["rewards"][:, 0], torch.tensor([-0.1, 100.0 - 0.025, -0.004, 0.0]))
+    for i in range(4):
+        alone = MountainCarContinuous(1)
+        _load(alone, states[i : i + 1])
+        assert torch.equal(out["final_obs"][i], alone.step(actions[i : i + 1])["final_obs"][0])
+    assert out["final_obs"][1, 0] >= 0.45
+    # Ended sub-envs start afresh at rest in the valley; the others carry on.
+    fresh = out["obs"][[1, 2]]
+    assert ((fresh[:, 0] >= -0.6) & (fresh[:, 0] <= -0.4)).all() and (fresh[:, 1] == 0).all()
+    assert not torch.equal(fresh, out["final_obs"][[1, 2]])
+    assert torch.equal(out["obs"][[0, 3]], out["final_obs"][[0, 3]])
+    assert env.steps.tolist() == [4, 0, 0, 8]
+
+
+def test_truncation_happens_at_exactly_999_steps() -> None:
+    torch.manual_seed(0)
     env = MountainCarContinuous(2)
     env.reset()
-    _set(env, [[-0.5, 0.0], [-0.5, 0.0]], steps=torch.tensor([998, 5]))
+    valley = torch.tensor([[-0.5, 0.0], [-0.5, 0.0]])
+    for t in range(1, 1000):
+        steps = env.state_dict()["steps"]
+        if t == 101:
+            steps[1] = 0  # sub-env 1 starts its episode 100 steps after sub-env 0
+        # Back to rest in the valley before every step, so only the time limit can end it.
+        _load(env, valley, steps=steps)
+        out = env.step(torch.tensor([[0.3], [-0.3]]))
+        assert not out["terminated"].any()
+        assert out["truncated"][:, 0].tolist() == [t == 999, False], t
+    check_step_output(out, env.observation_spec, 2)
+    assert env.steps.tolist() == [0, 899]
+    alone = MountainCarContinuous(1)
+    _load(alone, valley[:1])
+    assert torch.equal(out["final_obs"][0], alone.step(torch.tensor([[0.3]]))["final_obs"][0])
+    assert not torch.equal(out["obs"][0], out["final_obs"][0]) and out["obs"][0, 1] == 0
+
+
+def test_terminated_and_truncated_are_never_both_set() -> None:
+    env = MountainCarContinuous(2)
+    _load(env, torch.tensor([[0.44, 0.05], [-0.5, 0.0]]), steps=998)
     out = env.step(torch.zeros(2, 1))
-    assert out["truncated"][:, 0].tolist() == [True, False] and not out["terminated"].any()
-    assert -0.6 <= out["obs"][0, 0] <= -0.4 and out["obs"][0, 1] == 0
-    assert env.steps.tolist() == [0, 6]
+    assert out["terminated"][:, 0].tolist() == [True, False]
+    assert out["truncated"][:, 0].tolist() == [False, True]
+
+
+@pytest.mark.parametrize("num_envs", [1, 6])
+def test_every_step_of_a_random_rollout_follows_the_protocol(num_envs: int) -> None:
+    torch.manual_seed(1)
+    env = MountainCarContinuous(num_envs)
+    obs = env.reset()
+    assert obs.shape == (num_envs, 2) and obs.dtype == torch.float32
+    for _ in range(200):
+        actions = torch.rand(num_envs, 1) * 3 - 1.5
+        out = env.step(actions)
+        check_step_output(out, env.observation_spec, num_envs)
+        assert out.batch_size == torch.Size([num_envs]) and out.device == env.device
+        assert not (out["terminated"] & out["truncated"]).any()
+        for key in ("obs", "final_obs"):
+            assert (out[key][:, 0] >= _f32(-1.2)).all() and (out[key][:, 0] <= _f32(0.6)).all()
+            assert (out[key][:, 1].abs() <= _f32(0.07)).all()
+        # Away from the goal, the reward is the action cost alone.
+        assert_close(out["rewards"], -0.1 * actions.square())
+
+
+def test_reset_puts_the_car_at_rest_in_the_valley() -> None:
+    torch.manual_seed(0)
+    env = MountainCarContinuous(2000)
+    obs = env.reset()
+    assert (obs[:, 0] >= -0.6).all() and (obs[:, 0] <= -0.4).all()
+    assert obs[:, 0].min() < -0.59 and obs[:, 0].max() > -0.41 and (obs[:, 1] == 0).all()
+    assert env.steps.eq(0).all()
+
+
+def test_mountain_car_accepts_flat_actions() -> None:
+    flat, shaped = MountainCarContinuous(3), MountainCarContinuous(3)
+    _load(flat, torch.tensor([[-0.5, 0.0], [0.0, 0.02], [-1.0, -0.03]]))
+    _load(shaped, flat.state_dict()["state"])
+    actions = torch.tensor([0.5, -1.0, 0.2])
+    assert torch.equal(flat.step(actions)["final_obs"], shaped.step(actions.unsqueeze(-1))["final_obs"])
+
+
+def test_mountain_car_specs_describe_one_sub_env() -> None:
+    env = MountainCarContinuous(3)
+    assert env.observation_spec.shape == (2,) and env.observation_spec.dtype == torch.float32
+    assert env.action_spec.shape == (1,) and env.action_spec.dtype == torch.float32
+    assert env.action_spec.space.low.item() == -1.0 and env.action_spec.space.high.item() == 1.0
+    assert MountainCarContinuous.graph_safe and MountainCarContinuous.max_episode_steps == 999
+
+
+def test_state_dict_round_trip_reproduces_the_next_step() -> None:
+    torch.manual_seed(0)
+    env = MountainCarContinuous(8)
+    env.reset()
+    _load(env, env.state_dict()["state"], steps=torch.arange(990, 998))  # ends sub-envs 6 and 7 soon
+    for _ in range(3):
+        env.step(torch.rand(8, 1) * 2 - 1)
+    state = env.state_dict()
+    assert set(state) == {"state", "steps"}
+    actions = torch.rand(8, 1) * 2 - 1
+    rng = torch.get_rng_state()
+    expected = env.step(actions)
+    assert expected["truncated"].any()
+    other = MountainCarContinuous(8)
+    other.load_state_dict(state)
+    torch.set_rng_state(rng)
+    got = other.step(actions)
+    for key in ("obs", "rewards", "terminated", "truncated", "final_obs"):
+        assert torch.equal(got[key], expected[key]), key
+
+
+def test_load_state_dict_refuses_another_batch_size() -> None:
+    state = MountainCarContinuous(4).state_dict()
+    with pytest.raises(ValueError, match="num_envs"):
+        MountainCarContinuous(3).load_state_dict(state)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_mountain_car_steps_without_syncs_and_replays_as_a_cuda_graph() -> None:
+    torch.manual_seed(0)
+    B = 64
+    env = MountainCarContinuous(B, device="cuda")
+    env.reset()
+    actions = torch.rand(B, 1, device="cuda") * 2 - 1
+    env.step(actions)  # warm-up: lazy CUDA initialisation syncs
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            env.step(actions)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        env.step(actions)  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        static_out = env.step(actions)
+    _load(env, env.state_dict()["state"], steps=torch.arange(997, 997 + B) % 999)
+    for _ in range(3):
+        before = env.state_dict()
+        graph.replay()
+        eager = MountainCarContinuous(B, device="cuda")
+        eager.load_state_dict(before)
+        expected = eager.step(actions)
+        # Reset draws differ between graph and eager RNG streams; the physics may not.
+        for key in ("final_obs", "rewards", "terminated", "truncated"):
+            assert torch.equal(static_out[key], expected[key]), key
+        assert torch.equal(env.state_dict()["steps"], eager.state_dict()["steps"])

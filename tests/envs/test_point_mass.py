@@ -1,53 +1,269 @@
-"""PointMass: per-env goals, reward and termination, truncation, state round trip."""
+"""PointMass: dynamics by hand, per-env goals, reward, termination, truncation, state round trip."""
 
 from __future__ import annotations
 
+import pytest
 import torch
+from torch.testing import assert_close
 
 from rlx.env import check_step_output
 from rlx.envs import PointMass
 
 
+def _load(env: PointMass, state: torch.Tensor, steps: int | torch.Tensor = 0) -> None:
+    """Put every sub-env in ``state`` ``[B, 6]`` (position, velocity, goal) after ``steps`` steps."""
+    steps = torch.as_tensor(steps, dtype=torch.int64).expand(env.num_envs).clone()
+    env.load_state_dict({"state": torch.as_tensor(state, dtype=torch.float32), "steps": steps})
+
+
+def _reference_step(state: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The documented dynamics, one sub-env at a time in float64, with Python branches.
+
+    Returns:
+        The observation reached (p, v, g - p), the reward and the termination flag.
+    """
+    obs, rewards, terminated = [], [], []
+    for row, action in zip(state.double(), actions.double()):
+        p, v, g = row[:2].clone(), row[2:4].clone(), row[4:]
+        a = action.clamp(-1.0, 1.0)
+        v = (0.9 * v + 0.1 * a).clamp(-1.0, 1.0)
+        for axis in range(2):
+            moved = p[axis] + 0.1 * v[axis]
+            if moved > 1.0 or moved < -1.0:
+                p[axis], v[axis] = moved.clamp(-1.0, 1.0), 0.0
+            else:
+                p[axis] = moved
+        distance = torch.linalg.vector_norm(g - p)
+        done = bool(distance < 0.05)
+        obs.append(torch.cat([p, v, g - p]))
+        rewards.append(-distance - 0.01 * a.square().sum() + (10.0 if done else 0.0))
+        terminated.append(done)
+    return torch.stack(obs), torch.stack(rewards), torch.tensor(terminated)
+
+
+def test_point_mass_steps_as_documented() -> None:
+    torch.manual_seed(0)
+    n = 300
+    random_states = torch.cat(
+        [torch.rand(n, 2) * 2 - 1, torch.rand(n, 2) * 2 - 1, torch.rand(n, 2) * 1.6 - 0.8], dim=-1
+    )
+    # Edge cases: pushed into the right wall (only that component stops); into a corner;
+    # reaching the goal; stopping just outside it; forces beyond the bounds; a speed
+    # beyond the cap (only a loaded state can have one).
+    edge_states = torch.tensor(
+        [
+            [0.99, 0.0, 0.5, 0.3, 0.0, 0.0],
+            [-0.99, -0.99, -0.5, -0.5, 0.0, 0.0],
+            [0.5, 0.5, 0.0, 0.0, 0.5, 0.52],
+            [0.5, 0.5, 0.0, 0.0, 0.5, 0.554],
+            [0.0, 0.0, 0.0, 0.0, 0.5, 0.5],
+            [0.0, 0.0, 3.0, -3.0, 0.5, 0.5],
+        ]
+    )
+    edge_actions = torch.tensor([[1.0, 0.0], [-1.0, -1.0], [0.0, 0.0], [0.0, 0.0], [5.0, -5.0], [0.0, 0.0]])
+    states = torch.cat([random_states, edge_states])
+    actions = torch.cat([(torch.rand(n, 2) * 2 - 1) * 1.5, edge_actions])
+    B = states.shape[0]
+    env = PointMass(B)
+    _load(env, states)
+    out = env.step(actions)
+    check_step_output(out, env.observation_spec, B)
+    obs, rewards, terminated = _reference_step(states, actions)
+    assert_close(out["final_obs"], obs.float(), atol=1e-6, rtol=1e-6)
+    assert_close(out["rewards"][:, 0], rewards.float(), atol=1e-6, rtol=1e-6)
+    assert torch.equal(out["terminated"][:, 0], terminated)
+    e = n
+    # The right wall stops the x component only; the corner stops both.
+    assert out["final_obs"][e, 0] == 1.0 and out["final_obs"][e, 2] == 0.0
+    assert_close(out["final_obs"][e, 3], torch.tensor(0.9 * 0.3))
+    assert out["final_obs"][e + 1, :4].tolist() == [-1.0, -1.0, 0.0, 0.0]
+    # 0.02 from the goal: reached, with the bonus; 0.054 away: not reached, -0.054.
+    assert out["terminated"][e + 2 : e + 4, 0].tolist() == [True, False]
+    assert_close(out["rewards"][e + 2 : e + 4, 0], torch.tensor([10.0 - 0.02, -0.054]))
+    # The force is clipped to 1 for the physics and for its cost.
+    assert_close(out["final_obs"][e + 4, 2:4], torch.tensor([0.1, -0.1]))
+    assert_close(out["rewards"][e + 4, 0], -torch.tensor([0.01, -0.01]).sub(0.5).norm() - 0.02)
+    # A loaded speed beyond the cap is clipped to 1 per axis.
+    assert out["final_obs"][e + 5, 2:4].tolist() == [1.0, -1.0]
+
+
 def test_goals_differ_per_env_and_are_redrawn_at_reset() -> None:
     torch.manual_seed(0)
-    env = PointMass(64)
+    env = PointMass(256)
+    obs = env.reset()
+    goals = env.state_dict()["state"][:, 4:]
+    assert_close(obs[:, 4:], goals - obs[:, :2])
+    assert goals.abs().max() <= 0.8 and goals.abs().max() > 0.75
+    assert goals.unique(dim=0).shape[0] == 256 and (goals.std(0) > 0.4).all()
+    assert obs[:, :2].abs().max() <= 1.0 and (obs[:, 2:4] == 0).all()
     env.reset()
-    goals = env.state[:, 4:].clone()
-    assert goals.abs().max() <= 0.8 and goals.std(0).min() > 0.2
-    env.reset()
-    assert not torch.equal(goals, env.state[:, 4:])
+    assert (env.state_dict()["state"][:, 4:] != goals).all()
 
 
-def test_reaching_the_goal_terminates_with_the_bonus() -> None:
+def test_ended_sub_envs_get_a_new_goal_and_the_others_keep_theirs() -> None:
+    torch.manual_seed(0)
+    # Sub-env 1 reaches its goal this step; sub-env 2 takes its 200th step.
+    states = torch.tensor(
+        [
+            [0.0, 0.0, 0.0, 0.0, 0.5, 0.5],
+            [0.3, -0.3, 0.0, 0.0, 0.3, -0.31],
+            [0.1, 0.1, 0.0, 0.0, -0.5, 0.5],
+            [0.9, -0.9, 0.2, 0.2, 0.0, 0.0],
+        ]
+    )
+    actions = torch.tensor([[1.0, 1.0], [0.0, 0.0], [-1.0, 1.0], [0.0, 0.0]])
+    env = PointMass(4)
+    _load(env, states, steps=torch.tensor([3, 10, 199, 7]))
+    out = env.step(actions)
+    check_step_output(out, env.observation_spec, 4)
+    assert out["terminated"][:, 0].tolist() == [False, True, False, False]
+    assert out["truncated"][:, 0].tolist() == [False, False, True, False]
+    assert out["rewards"][1, 0] > 9.9 and (out["rewards"][[0, 2, 3], 0] < 0).all()
+    # final_obs is the observation this step reached, the same as one sub-env alone.
+    for i in range(4):
+        alone = PointMass(1)
+        _load(alone, states[i : i + 1])
+        assert torch.equal(out["final_obs"][i], alone.step(actions[i : i + 1])["final_obs"][0])
+    goals = env.state_dict()["state"][:, 4:]
+    assert torch.equal(goals[[0, 3]], states[[0, 3], 4:])
+    assert (goals[[1, 2]] != states[[1, 2], 4:]).all()
+    assert (out["obs"][[1, 2], 2:4] == 0).all()
+    assert torch.equal(out["obs"][[0, 3]], out["final_obs"][[0, 3]])
+    assert env.steps.tolist() == [4, 0, 0, 8]
+
+
+def test_truncation_happens_at_exactly_200_steps() -> None:
+    torch.manual_seed(0)
     env = PointMass(2)
     env.reset()
-    state = torch.tensor([[0.5, 0.5, 0.0, 0.0, 0.5, 0.52], [0.0, 0.0, 0.0, 0.0, 0.5, 0.5]])
-    env.load_state_dict({"state": state, "steps": torch.zeros(2, dtype=torch.long)})
-    out = env.step(torch.zeros(2, 2))
+    # Far from the goals, held still: only the time limit can end an episode.
+    far = torch.tensor([[-1.0, -1.0, 0.0, 0.0, 0.8, 0.8], [1.0, 1.0, 0.0, 0.0, -0.8, -0.8]])
+    for t in range(1, 201):
+        steps = env.state_dict()["steps"]
+        if t == 51:
+            steps[1] = 0  # sub-env 1 starts its episode 50 steps after sub-env 0
+        _load(env, far, steps=steps)
+        out = env.step(torch.zeros(2, 2))
+        assert not out["terminated"].any()
+        assert out["truncated"][:, 0].tolist() == [t == 200, False], t
     check_step_output(out, env.observation_spec, 2)
+    assert env.steps.tolist() == [0, 150]
+    assert_close(out["rewards"][:, 0], -torch.tensor([1.8, 1.8]).square().sum().sqrt().expand(2))
+    assert out["final_obs"][0, :2].tolist() == [-1.0, -1.0]
+    assert not torch.equal(out["obs"][0], out["final_obs"][0])
+
+
+def test_terminated_and_truncated_are_never_both_set() -> None:
+    env = PointMass(2)
+    _load(env, torch.tensor([[0.5, 0.5, 0.0, 0.0, 0.5, 0.5], [-1.0, -1.0, 0.0, 0.0, 0.5, 0.5]]), steps=199)
+    out = env.step(torch.zeros(2, 2))
     assert out["terminated"][:, 0].tolist() == [True, False]
-    assert out["rewards"][0, 0] > 9.9 and torch.isclose(out["rewards"][1, 0], -torch.tensor(0.5).sqrt() * 1.0, atol=1e-5)
-    assert torch.equal(out["final_obs"][1], out["obs"][1])
+    assert out["truncated"][:, 0].tolist() == [False, True]
 
 
-def test_walls_stop_the_mass_and_truncation_comes_at_200_steps() -> None:
-    env = PointMass(1)
-    env.reset()
-    env.load_state_dict({"state": torch.tensor([[0.99, 0.0, 1.0, 0.0, 0.0, 0.0]]), "steps": torch.tensor([198])})
-    out = env.step(torch.tensor([[1.0, 0.0]]))
-    assert out["final_obs"][0, 0] == 1.0 and out["final_obs"][0, 2] == 0.0
-    assert not out["truncated"].any()
-    out = env.step(torch.tensor([[1.0, 0.0]]))
-    assert out["truncated"].all() and env.steps.item() == 0
-
-
-def test_pushing_towards_the_goal_raises_the_reward() -> None:
+@pytest.mark.parametrize("num_envs", [1, 7])
+def test_every_step_of_a_random_rollout_follows_the_protocol(num_envs: int) -> None:
     torch.manual_seed(1)
-    env = PointMass(256)
+    env = PointMass(num_envs)
+    obs = env.reset()
+    assert obs.shape == (num_envs, 6) and obs.dtype == torch.float32
+    for _ in range(250):
+        out = env.step(torch.rand(num_envs, 2) * 3 - 1.5)
+        check_step_output(out, env.observation_spec, num_envs)
+        assert out.batch_size == torch.Size([num_envs]) and out.device == env.device
+        assert not (out["terminated"] & out["truncated"]).any()
+        for key in ("obs", "final_obs"):
+            assert out[key][:, :4].abs().max() <= 1.0
+            assert ((out[key][:, :2] + out[key][:, 4:]).abs() <= 0.8 + 1e-6).all()  # the goal
+        assert (out["rewards"] >= -2.6).all() and (out["rewards"] <= 10.0).all()
+
+
+def test_a_proportional_derivative_controller_reaches_every_goal() -> None:
+    torch.manual_seed(0)
+    B = 512
+    env = PointMass(B)
+    obs = env.reset()
+    reached = torch.zeros(B, dtype=torch.bool)
+    returns = torch.zeros(B)
+    for _ in range(60):
+        out = env.step((10 * obs[:, 4:] - 3 * obs[:, 2:4]).clamp(-1, 1))
+        returns += torch.where(reached, 0.0, out["rewards"][:, 0])
+        reached |= out["terminated"][:, 0]
+        obs = out["obs"]
+    assert reached.all()
+    # A random policy scores about -190 over its 200 steps.
+    assert returns.mean() > -1.0
+
+
+def test_point_mass_specs_describe_one_sub_env() -> None:
+    env = PointMass(3)
+    assert env.observation_spec.shape == (6,) and env.observation_spec.dtype == torch.float32
+    assert env.action_spec.shape == (2,) and env.action_spec.dtype == torch.float32
+    assert (env.action_spec.space.low == -1).all() and (env.action_spec.space.high == 1).all()
+    assert PointMass.graph_safe and PointMass.max_episode_steps == 200
+
+
+def test_state_dict_round_trip_reproduces_the_next_step() -> None:
+    torch.manual_seed(0)
+    env = PointMass(8)
     env.reset()
-    first = None
-    for _ in range(30):
-        obs = env._obs(env.state)
-        out = env.step(obs[:, 4:].sign() * (obs[:, 4:].abs() > 0.02))  # push toward the goal
-        first = out["rewards"].mean() if first is None else first
-    assert out["rewards"].mean() > first + 0.3
+    _load(env, env.state_dict()["state"], steps=torch.arange(190, 198))  # ends sub-envs 6 and 7 soon
+    for _ in range(3):
+        env.step(torch.rand(8, 2) * 2 - 1)
+    state = env.state_dict()
+    assert set(state) == {"state", "steps"} and state["state"].shape == (8, 6)
+    actions = torch.rand(8, 2) * 2 - 1
+    rng = torch.get_rng_state()
+    expected = env.step(actions)
+    assert expected["truncated"].any()
+    other = PointMass(8)
+    other.load_state_dict(state)
+    torch.set_rng_state(rng)
+    got = other.step(actions)
+    for key in ("obs", "rewards", "terminated", "truncated", "final_obs"):
+        assert torch.equal(got[key], expected[key]), key
+    assert torch.equal(other.state_dict()["state"], env.state_dict()["state"])  # the new goals too
+
+
+def test_load_state_dict_refuses_another_batch_size() -> None:
+    state = PointMass(4).state_dict()
+    with pytest.raises(ValueError, match="num_envs"):
+        PointMass(3).load_state_dict(state)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_point_mass_steps_without_syncs_and_replays_as_a_cuda_graph() -> None:
+    torch.manual_seed(0)
+    B = 64
+    env = PointMass(B, device="cuda")
+    env.reset()
+    actions = torch.rand(B, 2, device="cuda") * 2 - 1
+    env.step(actions)  # warm-up: lazy CUDA initialisation syncs
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(3):
+            env.step(actions)
+    finally:
+        torch.cuda.set_sync_debug_mode(0)
+
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        env.step(actions)  # warm-up on the capture stream
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.cuda.graph(graph):
+        static_out = env.step(actions)
+    _load(env, env.state_dict()["state"], steps=torch.arange(198, 198 + B) % 200)
+    for _ in range(3):
+        before = env.state_dict()
+        graph.replay()
+        eager = PointMass(B, device="cuda")
+        eager.load_state_dict(before)
+        expected = eager.step(actions)
+        # Reset draws differ between graph and eager RNG streams; the physics may not.
+        for key in ("final_obs", "rewards", "terminated", "truncated"):
+            assert torch.equal(static_out[key], expected[key]), key
+        assert torch.equal(env.state_dict()["steps"], eager.state_dict()["steps"])
