@@ -1,7 +1,7 @@
 """Throughput of rlx's collect() and step() over a grid of batch sizes, envs and algorithms.
 
     python benchmarks/throughput.py [--quick] [--device cpu|cuda] [--num-envs 64 1024 ...]
-        [--horizon 32] [--algos ppo npg] [--envs CartPole Pendulum DiscreteDummyEnv]
+        [--horizon 32] [--algos ppo npg recurrent_ppo] [--envs CartPole Pendulum DiscreteDummyEnv]
         [--hiddens 64 64] [--amp] [--iters 5] [--threads 2]
 
 For each grid point it builds the algorithm, runs warm-up iterations, then times
@@ -12,6 +12,10 @@ For each grid point it builds the algorithm, runs warm-up iterations, then times
 * update samples/s (N · epochs / step time; NPG counts one pass);
 * end-to-end env-steps/s (B·T / (collect + step));
 * peak memory: CUDA max allocated, or the process's peak RSS on CPU.
+
+``recurrent_ppo`` is PPO with the default LSTM policy sized like the MLP: an encoder of
+``hiddens[:-1]`` (or ``hiddens[0]`` for one layer) and an LSTM of ``hiddens[-1]`` units,
+trained on sequences of 16 steps (or T when shorter), next to the feedforward rows.
 
 Results are appended as JSON lines to ``benchmarks/results/throughput_<device>.jsonl``
 and written as a markdown table to ``benchmarks/results/throughput_<device>.md``, with the
@@ -33,7 +37,7 @@ from pathlib import Path
 import torch
 
 import rlx.envs
-from rlx import AlgorithmConfig, NPGConfig
+from rlx import AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
 
 RESULTS = Path(__file__).parent / "results"
 
@@ -59,6 +63,14 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     if algo_name == "ppo":
         config = AlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=min(num_envs * horizon, 32768),
                                  cudagraphs=cudagraphs)
+        epochs = config.num_sgd_iters
+    elif algo_name == "recurrent_ppo":
+        seq_len = min(16, horizon)
+        common["model_config"] = {
+            "hiddens": hiddens[:-1] or hiddens[:1], "hidden_size": hiddens[-1], "activation_fn": "tanh", "cell": "lstm",
+        }
+        minibatch = min(num_envs * horizon, 32768) // seq_len * seq_len
+        config = RecurrentAlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=minibatch, seq_len=seq_len)
         epochs = config.num_sgd_iters
     else:
         config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
@@ -97,7 +109,7 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--num-envs", type=int, nargs="+")
     parser.add_argument("--horizon", type=int, default=32)
-    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "npg"])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "npg", "recurrent_ppo"])
     parser.add_argument("--envs", nargs="+", default=["CartPole", "Pendulum", "DiscreteDummyEnv"])
     parser.add_argument("--hiddens", type=int, nargs="+", default=[64, 64])
     parser.add_argument("--amp", action="store_true")

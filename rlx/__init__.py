@@ -27,6 +27,8 @@ _EXPORTS = {
     "AlgorithmConfig": "rlx.config",
     "NPGConfig": "rlx.config",
     "NPG": "rlx.algorithms.npg",
+    "RecurrentAlgorithmConfig": "rlx.config",
+    "RecurrentPPO": "rlx.algorithms.recurrent_ppo",
     "CommonConfig": "rlx.config",
     "ConfigError": "rlx.config",
     "Env": "rlx.env",
@@ -42,7 +44,8 @@ if TYPE_CHECKING:
     from rlx.algorithms.base import Algorithm
     from rlx.algorithms.npg import NPG
     from rlx.algorithms.ppo import PPO
-    from rlx.config import AlgorithmConfig, CommonConfig, ConfigError, NPGConfig
+    from rlx.algorithms.recurrent_ppo import RecurrentPPO
+    from rlx.config import AlgorithmConfig, CommonConfig, ConfigError, NPGConfig, RecurrentAlgorithmConfig
     from rlx.env import Env, EnvOutputError
     from rlx.export import load_policy
     from rlx.gae import generalized_advantage_estimate

@@ -15,6 +15,15 @@ final_obs                  ``[B, T+1, *obs]``   collect, only for envs that trun
 final_values               ``[B, T+1, 1]``      collect: V(final_obs) where truncated, else 0
 advantages, returns        ``[B, T+1, 1]``      GAE, in place
 ========================== ==================== =========================================
+
+A recurrent policy (:class:`~rlx.algorithms.recurrent_ppo.RecurrentPPO`) adds two:
+
+========================== ==================== =========================================
+hidden                     ``[B, T+1, *state]`` collect: the state BEFORE step ``t``'s
+                                                reset; column ``T`` is carried over
+resets                     ``[B, T+1, 1]`` bool collect: step ``t`` begins an episode
+                                                (the previous step ended one)
+========================== ==================== =========================================
 """
 
 from __future__ import annotations
@@ -32,6 +41,8 @@ __all__ = [
     "FINAL_VALUES",
     "ADVANTAGES",
     "RETURNS",
+    "HIDDEN",
+    "RESETS",
     "make_buffer",
 ]
 
@@ -41,6 +52,8 @@ VALUES = "values"
 FINAL_VALUES = "final_values"
 ADVANTAGES = "advantages"
 RETURNS = "returns"
+HIDDEN = "hidden"
+RESETS = "resets"
 
 
 def make_buffer(

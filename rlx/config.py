@@ -26,6 +26,7 @@ from rlx.schedulers import ScheduleKind, check_schedule
 if TYPE_CHECKING:
     from rlx.algorithms.npg import NPG
     from rlx.algorithms.ppo import PPO
+    from rlx.algorithms.recurrent_ppo import RecurrentPPO
     from rlx.env import EnvFactory
 
 __all__ = [
@@ -33,6 +34,7 @@ __all__ = [
     "CommonConfig",
     "ConfigError",
     "NPGConfig",
+    "RecurrentAlgorithmConfig",
     "config_dataclass",
     "config_from_dict",
     "config_to_dict",
@@ -414,6 +416,74 @@ class NPGConfig(CommonConfig):
         from rlx.algorithms.npg import NPG
 
         algo = NPG(env_cls, self)
+        algo.validate()
+        return algo
+
+
+@config_dataclass
+class RecurrentAlgorithmConfig(AlgorithmConfig):
+    """Config of rlx's PPO with a recurrent (LSTM or GRU) policy.
+
+    Every :class:`AlgorithmConfig` field keeps its meaning; ``sgd_minibatch_size`` still
+    counts samples and must hold whole sequences. The default model is
+    :class:`~rlx.models.RecurrentActorCritic`, whose ``model_config`` takes ``hiddens``
+    (encoder, default ``[64]``), ``activation_fn`` (default ``"tanh"``), ``cell``
+    (``"lstm"`` or ``"gru"``), ``hidden_size`` (default 64), ``num_layers`` (default 1)
+    and ``log_std_init``. A custom ``model_cls`` implements the recurrent interface of
+    :mod:`rlx.models`.
+
+    Example:
+        >>> from rlx import RecurrentAlgorithmConfig
+        >>> from rlx.envs import CartPoleNoVelocity
+        >>> algo = RecurrentAlgorithmConfig(num_envs=64, horizon=32, seq_len=16, device="cpu").build(
+        ...     CartPoleNoVelocity
+        ... )
+        >>> collect_stats = algo.collect()
+        >>> step_stats = algo.step()
+    """
+
+    #: Steps per training sequence (truncated backprop through time); must divide
+    #: ``horizon``. ``None``: the whole horizon, one sequence per env.
+    seq_len: int | None = None
+    #: Steps run without gradient before each sequence, from the state stored ``burn_in``
+    #: steps earlier, to refresh the stored state with the current parameters (R2D2).
+    #: Sequences with fewer collected steps before them keep their stored state.
+    #: 0 disables it; at most ``horizon - seq_len``.
+    burn_in: int = 0
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_int(self, "seq_len", allow_none=True)
+        _check_int(self, "burn_in", minimum=0)
+        L = self.sequence_length
+        if self.horizon % L:
+            _fail(self, "seq_len", f"{L} must divide horizon={self.horizon}")
+        if self.minibatch_size % L:
+            _fail(
+                self,
+                "sgd_minibatch_size",
+                f"{self.minibatch_size} must be a multiple of seq_len={L}: minibatches are whole sequences",
+            )
+        if self.burn_in > self.horizon - L:
+            _fail(
+                self,
+                "burn_in",
+                f"{self.burn_in} leaves no sequence with collected steps to burn in: "
+                f"needs burn_in <= horizon - seq_len = {self.horizon - L}",
+            )
+        if self.cudagraphs:
+            _fail(self, "cudagraphs", "is not supported for recurrent policies")
+
+    @property
+    def sequence_length(self) -> int:
+        """``L``: ``seq_len``, or the horizon."""
+        return self.seq_len or self.horizon
+
+    def build(self, env_cls: EnvFactory) -> RecurrentPPO:
+        """Build the recurrent PPO algorithm for ``env_cls`` and validate it against the env's specs."""
+        from rlx.algorithms.recurrent_ppo import RecurrentPPO
+
+        algo = RecurrentPPO(env_cls, self)
         algo.validate()
         return algo
 

@@ -4,6 +4,13 @@
 maps a batch of raw observations to env actions (the distribution's mode by default),
 with the observation normalizer inside. ``rlx export RUN_DIR --out policy.pt`` writes
 it as TorchScript, which ``torch.jit.load`` runs with no rlx installed.
+
+A recurrent policy (``algorithm: recurrent_ppo``) loads as a
+:class:`DeployedRecurrentPolicy`, which carries the state explicitly:
+``actions, state = policy(obs, state, resets)``, starting from
+``policy.initial_state(B)`` with ``resets`` True at each sub-env's first step. Its
+TorchScript export has the same ``forward``; as a step with ``resets`` True ignores the
+state it is given, any tensor of the state's shape (zeros) starts an episode there.
 """
 
 from __future__ import annotations
@@ -16,11 +23,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rlx.config import config_from_dict
-from rlx.policy import Policy
+from rlx.config import RecurrentAlgorithmConfig, config_from_dict
+from rlx.policy import Policy, RecurrentPolicy
 from rlx.trainer import ALGORITHMS, env_factory, latest_checkpoint, load_checkpoint
 
-__all__ = ["DeployedPolicy", "export_torchscript", "load_policy", "policy_from_checkpoint"]
+__all__ = ["DeployedPolicy", "DeployedRecurrentPolicy", "export_torchscript", "load_policy", "policy_from_checkpoint"]
 
 
 class DeployedPolicy(nn.Module):
@@ -42,6 +49,35 @@ class DeployedPolicy(nn.Module):
     def forward(self, obs: Any) -> Tensor:
         """``[N, *obs]`` raw observations to ``[N, *action]`` env actions."""
         return self.policy.act(obs, deterministic=self.deterministic).env_actions
+
+
+class DeployedRecurrentPolicy(nn.Module):
+    """Observations and a carried state to env actions and the next state.
+
+    Args:
+        policy: The trained recurrent policy (copied).
+        deterministic: Act with the distribution's mode; ``False`` samples.
+    """
+
+    def __init__(self, policy: RecurrentPolicy, *, deterministic: bool = True) -> None:
+        super().__init__()
+        self.policy = copy.deepcopy(policy).eval()
+        for p in self.policy.parameters():
+            p.requires_grad_(False)
+        self.deterministic = deterministic
+
+    @torch.no_grad()
+    def initial_state(self, batch_size: int) -> Tensor:
+        """The state of ``batch_size`` sub-envs at the start of an episode, ``[B, *state]``."""
+        return self.policy.initial_state(batch_size)
+
+    @torch.no_grad()
+    def forward(self, obs: Any, state: Tensor, resets: Tensor) -> tuple[Tensor, Tensor]:
+        """One step: ``[N, *obs]`` raw observations, ``[N, *state]`` states and ``[N]`` bool
+        resets (True at an episode's first step) to ``[N, *action]`` env actions and the
+        next states."""
+        act, state = self.policy.act_step(obs, state, resets, deterministic=self.deterministic)
+        return act.env_actions, state
 
 
 def _checkpoint_path(path: str | Path) -> Path:
@@ -69,7 +105,8 @@ def policy_from_checkpoint(path: str | Path, *, device: str | torch.device = "cp
     run = state["config"]
     algo_config = config_from_dict(ALGORITHMS[run["algorithm"]], run["config"], where="checkpoint config")
     env = env_factory(run["env"], run.get("env_kwargs"))(1, None, device=torch.device(device))
-    policy = Policy(
+    policy_cls = RecurrentPolicy if isinstance(algo_config, RecurrentAlgorithmConfig) else Policy
+    policy = policy_cls(
         env.observation_spec,
         env.action_spec,
         model_cls=algo_config.model_cls,
@@ -103,6 +140,8 @@ def load_policy(path: str | Path, *, deterministic: bool = True, device: str | t
     if _is_torchscript(path):
         return torch.jit.load(str(path), map_location=device)
     policy, _ = policy_from_checkpoint(path, device=device)
+    if isinstance(policy, RecurrentPolicy):
+        return DeployedRecurrentPolicy(policy, deterministic=deterministic)
     return DeployedPolicy(policy, deterministic=deterministic)
 
 
@@ -116,11 +155,25 @@ def export_torchscript(path: str | Path, out: str | Path, *, batch_size: int = 2
     policy, _ = policy_from_checkpoint(path)
     if not isinstance(policy.observation_spec.zero(), Tensor):
         raise ValueError("rlx export supports tensor observations only; load dict-observation policies with rlx.load_policy")
-    module = DeployedPolicy(policy, deterministic=True)
-    example = policy.observation_spec.rand((batch_size,))
-    traced = torch.jit.trace(module, (example,), check_trace=False)
-    probe = policy.observation_spec.rand((batch_size + 3,))
-    if not torch.equal(traced(probe), module(probe)):
+    if isinstance(policy, RecurrentPolicy):
+        module: nn.Module = DeployedRecurrentPolicy(policy, deterministic=True)
+
+        def inputs(n: int) -> tuple[Tensor, ...]:
+            # Random states and a mix of resets, so the trace keeps both paths.
+            resets = torch.arange(n) % 2 == 0
+            return policy.observation_spec.rand((n,)), torch.randn_like(module.initial_state(n)), resets
+    else:
+        module = DeployedPolicy(policy, deterministic=True)
+
+        def inputs(n: int) -> tuple[Tensor, ...]:
+            return (policy.observation_spec.rand((n,)),)
+
+    traced = torch.jit.trace(module, inputs(batch_size), check_trace=False)
+    probe = inputs(batch_size + 3)
+    got, expected = traced(*probe), module(*probe)
+    if isinstance(expected, Tensor):
+        got, expected = (got,), (expected,)
+    if not all(torch.equal(a, b) for a, b in zip(got, expected)):
         raise RuntimeError("the traced policy disagrees with the eager one; export is not safe for this model")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -9,6 +9,23 @@ the split by autograd at build, and rejects parameters that both heads use).
 ``(S, I)`` is the distribution's :meth:`~rlx.distributions.Distribution.param_layout`:
 state-dependent and state-independent parameters. ``obs`` is a ``[N, *obs]`` tensor, or
 a TensorDict with batch size ``[N]`` for a ``Composite`` observation spec.
+
+A recurrent model (for :class:`~rlx.config.RecurrentAlgorithmConfig`) is built the same
+way and implements two methods instead of ``forward(obs)``:
+
+* ``initial_state(batch_size) -> state``: the state of a sub-env at the start of an
+  episode, one tensor ``[B, *state]`` on the model's device (several tensors, such as an
+  LSTM's ``h`` and ``c``, are stacked into one);
+* ``forward(obs, state, resets) -> (dist_params [B, L, S + I], values [B, L, 1],
+  state)``: ``L`` steps of ``B`` sequences, ``obs`` ``[B, L, *obs]`` (or a TensorDict
+  with batch size ``[B, L]``), ``state`` ``[B, *state]`` before the first step, and
+  ``resets`` ``[B, L]`` bool, True where a step begins a new episode: the model must
+  replace the state with the initial one before that step (a masked multiply or
+  ``torch.where``, never a Python branch). It returns the state after the last step.
+  One step (``L = 1``) is how the policy acts; a sequence is how it trains, and the two
+  must agree.
+
+:class:`RecurrentActorCritic` is the default recurrent model.
 """
 
 from __future__ import annotations
@@ -23,7 +40,7 @@ from torchrl.data import Composite, TensorSpec
 
 from rlx.env import ACTION_MASK
 
-__all__ = ["MLPActorCritic", "flatten_obs", "obs_feature_size", "ACTIVATIONS"]
+__all__ = ["MLPActorCritic", "RecurrentActorCritic", "flatten_obs", "obs_feature_size", "ACTIVATIONS", "CELLS"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
@@ -150,3 +167,120 @@ class MLPActorCritic(nn.Module):
     def critic_parameters(self) -> list[nn.Parameter]:
         """The parameters of the value function (NPG's critic regression)."""
         return list(self.critic.parameters())
+
+
+#: Recurrent cells of :class:`RecurrentActorCritic`: name -> (cell class, state tensors).
+CELLS: dict[str, tuple[type[nn.Module], int]] = {"lstm": (nn.LSTMCell, 2), "gru": (nn.GRUCell, 1)}
+
+
+class RecurrentActorCritic(nn.Module):
+    """MLP encoder, a stack of LSTM or GRU cells, and linear actor and critic heads.
+
+    The actor and critic share the encoder and the recurrent core (one state per
+    sub-env). The state is one tensor ``[B, num_layers, k, hidden_size]`` with ``k = 2``
+    (``h``, ``c``) for an LSTM and ``k = 1`` for a GRU; the initial state is zeros, so a
+    reset is a multiply by ``1 - reset``.
+
+    Args:
+        observation_spec: Spec of one env's observation.
+        action_spec: Spec of one env's action (used only through ``num_params``).
+        num_params: ``(S, I)`` from the distribution's ``param_layout``.
+        hiddens: Widths of the encoder's hidden layers (empty: the flattened
+            observation feeds the core directly).
+        activation_fn: Encoder activation, one of :data:`ACTIVATIONS`.
+        cell: ``"lstm"`` or ``"gru"``.
+        hidden_size: Width of every recurrent layer.
+        num_layers: Number of stacked recurrent layers.
+        log_std_init: Initial value of the state-independent parameters.
+    """
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        /,
+        *,
+        num_params: tuple[int, int],
+        hiddens: Sequence[int] = (64,),
+        activation_fn: str = "tanh",
+        cell: str = "lstm",
+        hidden_size: int = 64,
+        num_layers: int = 1,
+        log_std_init: float = 0.0,
+    ) -> None:
+        super().__init__()
+        if activation_fn not in ACTIVATIONS:
+            raise ValueError(f"model_config.activation_fn={activation_fn!r} is not one of {sorted(ACTIVATIONS)}")
+        if cell not in CELLS:
+            raise ValueError(f"model_config.cell={cell!r} is not one of {sorted(CELLS)}")
+        hiddens = list(hiddens)
+        if any(not isinstance(h, int) or isinstance(h, bool) or h <= 0 for h in hiddens):
+            raise ValueError(f"model_config.hiddens must be positive ints, got {hiddens}")
+        for name, value in (("hidden_size", hidden_size), ("num_layers", num_layers)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"model_config.{name} must be a positive int, got {value!r}")
+        self.observation_spec = observation_spec
+        self.cell, self.hidden_size, self.num_layers = cell, hidden_size, num_layers
+        cell_cls, self.state_tensors = CELLS[cell]
+        d = obs_feature_size(observation_spec)
+        activation = ACTIVATIONS[activation_fn]
+        layers: list[nn.Module] = []
+        for fan_in, fan_out in zip([d, *hiddens[:-1]], hiddens):
+            linear = nn.Linear(fan_in, fan_out)
+            nn.init.orthogonal_(linear.weight, math.sqrt(2.0))
+            nn.init.zeros_(linear.bias)
+            layers += [linear, activation()]
+        self.encoder = nn.Sequential(*layers)
+        sizes = [hiddens[-1] if hiddens else d] + [hidden_size] * num_layers
+        self.cells = nn.ModuleList(cell_cls(fan_in, hidden_size) for fan_in in sizes[:-1])
+        for core in self.cells:
+            nn.init.orthogonal_(core.weight_ih)
+            nn.init.orthogonal_(core.weight_hh)
+            nn.init.zeros_(core.bias_ih)
+            nn.init.zeros_(core.bias_hh)
+        num_dependent, num_independent = num_params
+        self.actor = nn.Linear(hidden_size, num_dependent)
+        nn.init.orthogonal_(self.actor.weight, 0.01)
+        nn.init.zeros_(self.actor.bias)
+        self.critic = nn.Linear(hidden_size, 1)
+        nn.init.orthogonal_(self.critic.weight, 1.0)
+        nn.init.zeros_(self.critic.bias)
+        self.log_std = (
+            nn.Parameter(torch.full((num_independent,), float(log_std_init))) if num_independent else None
+        )
+
+    def initial_state(self, batch_size: int) -> Tensor:
+        """Zeros, ``[B, num_layers, k, hidden_size]``."""
+        weight = self.actor.weight
+        return torch.zeros(
+            batch_size, self.num_layers, self.state_tensors, self.hidden_size, dtype=torch.float32, device=weight.device
+        )
+
+    def _step(self, x: Tensor, state: Tensor) -> Tensor:
+        """One step of the cell stack: ``[B, F]`` features, ``[B, layers, k, H]`` state."""
+        new = []
+        for layer, core in enumerate(self.cells):
+            if self.state_tensors == 2:
+                h, c = core(x, (state[:, layer, 0].to(x.dtype), state[:, layer, 1].to(x.dtype)))
+                new.append(torch.stack([h, c], dim=1))  # [B, 2, H]
+            else:
+                h = core(x, state[:, layer, 0].to(x.dtype))
+                new.append(h.unsqueeze(1))  # [B, 1, H]
+            x = h
+        return torch.stack(new, dim=1)  # [B, layers, k, H]
+
+    def forward(self, obs: Tensor | TensorDictBase, state: Tensor, resets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Run ``L`` steps: see the module docstring for the shapes."""
+        B, L = resets.shape
+        flat = obs.reshape(B * L, *obs.shape[2:])  # [B*L, *obs]
+        features = self.encoder(flatten_obs(flat, self.observation_spec)).view(B, L, -1)  # [B, L, F]
+        keep = (~resets).to(state.dtype).view(B, L, 1, 1, 1)  # 0 where a new episode starts
+        outputs = []
+        for t in range(L):
+            state = self._step(features[:, t], state * keep[:, t])
+            outputs.append(state[:, -1, 0])  # the top layer's h, [B, H]
+        core = torch.stack(outputs, dim=1)  # [B, L, H]
+        head = self.actor(core)  # [B, L, S]
+        if self.log_std is not None:
+            head = torch.cat([head, self.log_std.to(head.dtype).expand(B, L, -1)], dim=-1)
+        return head, self.critic(core), state

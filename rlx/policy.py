@@ -5,6 +5,10 @@ Two explicit entry points, never one function whose return type flips on flags:
 * :meth:`Policy.act` for collection: actions, env actions, ``logp`` and values, no grad;
 * :meth:`Policy.evaluate` for updates: ``logp``, entropy and values of given actions,
   with grad.
+
+:class:`RecurrentPolicy` does the same with a hidden state per sub-env:
+:meth:`~RecurrentPolicy.act_step` (one step, returning the next state) and
+:meth:`~RecurrentPolicy.evaluate_sequences` (whole sequences, with grad).
 """
 
 from __future__ import annotations
@@ -18,10 +22,10 @@ from torchrl.data import Composite, TensorSpec
 
 from rlx.distributions import Distribution, default_distribution_cls
 from rlx.env import ACTION_MASK
-from rlx.models import MLPActorCritic
+from rlx.models import MLPActorCritic, RecurrentActorCritic
 from rlx.normalization import RunningMeanStd
 
-__all__ = ["Policy", "ActOutput", "EvalOutput"]
+__all__ = ["Policy", "RecurrentPolicy", "ActOutput", "EvalOutput"]
 
 Obs = Tensor | TensorDictBase
 #: Normalized observations are clipped to this many standard deviations.
@@ -72,6 +76,9 @@ class Policy(nn.Module):
         device: Device of the parameters.
     """
 
+    #: The model class built when neither ``model`` nor ``model_cls`` is given.
+    default_model_cls: type[nn.Module] = MLPActorCritic
+
     def __init__(
         self,
         observation_spec: TensorSpec,
@@ -90,7 +97,7 @@ class Policy(nn.Module):
         self.distribution_cls = distribution_cls or default_distribution_cls(action_spec)
         self.num_params = self.distribution_cls.param_layout(action_spec)
         if model is None:
-            model = (model_cls or MLPActorCritic)(
+            model = (model_cls or self.default_model_cls)(
                 observation_spec, action_spec, num_params=self.num_params, **(model_config or {})
             )
         self.model = model.to(device)
@@ -158,3 +165,88 @@ class Policy(nn.Module):
         value_fn = getattr(self.model, "value", None)
         values = value_fn(obs) if value_fn is not None else self.model(obs)[1]
         return values.float()
+
+
+def _merge_time(x: Obs) -> Obs:
+    """``[B, L, ...]`` -> ``[B * L, ...]`` for a tensor or a TensorDict."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+class RecurrentPolicy(Policy):
+    """A policy whose model carries a state per sub-env (see :mod:`rlx.models`).
+
+    Takes the same arguments as :class:`Policy`; the default model is
+    :class:`~rlx.models.RecurrentActorCritic`. ``resets`` arguments are bool, True where
+    a step begins a new episode: the model starts that step from its initial state.
+    """
+
+    default_model_cls = RecurrentActorCritic
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for method in ("initial_state", "forward"):
+            if not callable(getattr(self.model, method, None)):
+                raise TypeError(
+                    f"recurrent model {type(self.model).__name__} has no {method}(); a recurrent model "
+                    "implements initial_state(batch_size) and forward(obs, state, resets) (see rlx.models)"
+                )
+
+    def initial_state(self, batch_size: int) -> Tensor:
+        """The model's initial state for ``batch_size`` sub-envs, ``[B, *state]``."""
+        return self.model.initial_state(batch_size)
+
+    def sequence_forward(self, obs: Obs, state: Tensor, resets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The model on raw ``[B, L, *obs]`` observations: ``(params [B, L, P], values [B, L, 1], state)``."""
+        return self.model(self.normalize(obs), state, resets)
+
+    @torch.no_grad()
+    def act_step(
+        self, obs: Obs, state: Tensor, resets: Tensor, *, deterministic: bool = False
+    ) -> tuple[ActOutput, Tensor]:
+        """Choose actions for one step of ``N`` sub-envs (no grad).
+
+        Args:
+            obs: ``[N, *obs]`` raw observations.
+            state: ``[N, *state]`` states before this step.
+            resets: ``[N]`` or ``[N, 1]`` bool, True where this step begins an episode.
+            deterministic: Take the distribution's mode instead of sampling.
+
+        Returns:
+            The :class:`ActOutput` and the state after this step, ``[N, *state]``.
+        """
+        n = resets.shape[0]
+        params, values, state = self.sequence_forward(obs.unsqueeze(1), state, resets.reshape(n, 1))
+        dist = self.distribution(params[:, 0], obs)  # [N, P]
+        actions = dist.mode() if deterministic else dist.sample()
+        return ActOutput(actions, dist.env_actions(actions), dist.log_prob(actions), values[:, 0].float()), state
+
+    @torch.no_grad()
+    def value_step(self, obs: Obs, state: Tensor, resets: Tensor) -> Tensor:
+        """State values ``[N, 1]`` of one step of raw observations (no grad)."""
+        n = resets.shape[0]
+        return self.sequence_forward(obs.unsqueeze(1), state, resets.reshape(n, 1))[1][:, 0].float()
+
+    def evaluate_sequences(self, obs: Obs, actions: Tensor, state: Tensor, resets: Tensor) -> EvalOutput:
+        """Log-probabilities, entropy and values along ``S`` sequences of ``L`` steps (with grad).
+
+        Args:
+            obs: ``[S, L, *obs]`` raw observations.
+            actions: ``[S, L, *action]`` buffer actions.
+            state: ``[S, *state]`` states before each sequence's first step.
+            resets: ``[S, L]`` bool.
+
+        Returns:
+            :class:`EvalOutput` with ``[S * L, 1]`` entries, sequence-major.
+        """
+        params, values, _ = self.sequence_forward(obs, state, resets)
+        dist = self.distribution(_merge_time(params), _merge_time(obs) if self._has_mask else obs)
+        return EvalOutput(dist.log_prob(_merge_time(actions)), dist.entropy(), _merge_time(values), dist)
+
+    def act(self, obs: Obs, *, deterministic: bool = False) -> ActOutput:
+        raise TypeError("a RecurrentPolicy acts with act_step(obs, state, resets), which carries its state")
+
+    def evaluate(self, obs: Obs, actions: Tensor) -> EvalOutput:
+        raise TypeError("a RecurrentPolicy evaluates with evaluate_sequences(obs, actions, state, resets)")
+
+    def value(self, obs: Obs) -> Tensor:
+        raise TypeError("a RecurrentPolicy computes values with value_step(obs, state, resets)")

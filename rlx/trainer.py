@@ -39,6 +39,7 @@ from rlx.config import (
     CommonConfig,
     ConfigError,
     NPGConfig,
+    RecurrentAlgorithmConfig,
     config_dataclass,
     config_from_dict,
     config_to_dict,
@@ -46,6 +47,7 @@ from rlx.config import (
     object_path,
 )
 from rlx.env import OBS, TERMINATED, TRUNCATED, REWARDS
+from rlx.policy import RecurrentPolicy
 
 if TYPE_CHECKING:
     from rlx.algorithms.base import Algorithm
@@ -71,7 +73,11 @@ __all__ = [
 ]
 
 #: Algorithm names usable in a run config, and their config classes.
-ALGORITHMS: dict[str, type[CommonConfig]] = {"ppo": AlgorithmConfig, "npg": NPGConfig}
+ALGORITHMS: dict[str, type[CommonConfig]] = {
+    "ppo": AlgorithmConfig,
+    "npg": NPGConfig,
+    "recurrent_ppo": RecurrentAlgorithmConfig,
+}
 CHECKPOINT_FORMAT = 1
 
 
@@ -277,8 +283,15 @@ def evaluate_policy(policy: Any, env: Any, *, episodes: int, max_steps: int, det
         ret = torch.zeros(B, dtype=torch.float64, device=device)
         length = torch.zeros(B, dtype=torch.float64, device=device)
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # count, return sum, length sum
+        recurrent = isinstance(policy, RecurrentPolicy)
+        if recurrent:  # every sub-env starts from the initial state, and restarts at each end
+            state = policy.initial_state(B)
+            resets = torch.ones(B, dtype=torch.bool, device=device)
         for t in range(max_steps):
-            act = policy.act(obs, deterministic=deterministic)
+            if recurrent:
+                act, state = policy.act_step(obs, state, resets, deterministic=deterministic)
+            else:
+                act = policy.act(obs, deterministic=deterministic)
             out = env.step(act.env_actions)
             ret += out.get(REWARDS).squeeze(-1).double()
             length += 1
@@ -286,6 +299,8 @@ def evaluate_policy(policy: Any, env: Any, *, episodes: int, max_steps: int, det
             for key in (TERMINATED, TRUNCATED):
                 if key in out.keys():
                     done |= out.get(key).squeeze(-1)
+            if recurrent:
+                resets = done
             d = done.double()
             totals += torch.stack([d.sum(), (ret * d).sum(), (length * d).sum()])
             ret *= 1 - d

@@ -50,6 +50,36 @@ def test_train_eval_plot_export_end_to_end(tmp_path, capsys) -> None:
     assert (tmp_path / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+def test_recurrent_ppo_trains_resumes_evaluates_and_exports_from_the_cli(tmp_path, capsys) -> None:
+    config = str(ROOT / "configs" / "cartpole_no_velocity_recurrent_ppo.yaml")
+    run_dir = tmp_path / "run"
+    assert main(["train", config, "--run-dir", str(run_dir), *QUICK]) == 0
+    assert "stopped: reached 4096 env steps" in capsys.readouterr().out
+    state = load_checkpoint(latest_checkpoint(run_dir))
+    assert state["config"]["algorithm"] == "recurrent_ppo" and "recurrent" in state["algorithm"]
+    more = ["--set", "trainer.max_env_steps=8192", "--set", "trainer.stop_at=null"]
+    assert main(["train", config, "--run-dir", str(run_dir), "--resume", *more]) == 0
+    assert latest_checkpoint(run_dir).name == "ckpt_00000004.pt"
+
+    assert main(["eval", str(run_dir), "--episodes", "4", "--num-envs", "4"]) == 0
+    assert "eval/return_mean:" in capsys.readouterr().out
+
+    import rlx
+    from rlx.export import DeployedRecurrentPolicy
+
+    eager = rlx.load_policy(run_dir)
+    assert isinstance(eager, DeployedRecurrentPolicy)
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "policy.pt")]) == 0
+    scripted = torch.jit.load(str(tmp_path / "policy.pt"))
+    obs, resets = torch.randn(5, 2), torch.tensor([True, False, True, False, False])
+    state = torch.randn_like(eager.initial_state(5))
+    for _ in range(3):  # the scripted and eager policies carry the same states
+        actions, next_state = eager(obs, state, resets)
+        scripted_actions, scripted_state = scripted(obs, state, resets)
+        assert torch.equal(actions, scripted_actions) and torch.equal(next_state, scripted_state)
+        state, resets = next_state, torch.zeros(5, dtype=torch.bool)
+
+
 def test_loaded_policy_carries_the_observation_normalizer(tmp_path) -> None:
     run_dir = tmp_path / "run"
     assert main(["train", CARTPOLE, "--run-dir", str(run_dir), *QUICK, "--set", "config.normalize_obs=true"]) == 0

@@ -120,3 +120,21 @@ def test_cuda_buffer_and_policy_live_on_the_device() -> None:
     algo = AlgorithmConfig(num_envs=64, horizon=8, device="cuda").build(CartPole)
     assert all(t.is_cuda for t in algo.buffer.values(include_nested=True, leaves_only=True))
     assert all(p.is_cuda for p in algo.policy.parameters())
+
+
+@pytest.mark.parametrize(
+    "extra",
+    [
+        {"seq_len": 8},
+        {"seq_len": 4, "burn_in": 4, "normalize_obs": True, "target_kl_div": 0.02, "sgd_minibatch_size": 1024},
+        {"enable_amp": True, "model_config": {"cell": "gru", "hidden_size": 32, "num_layers": 2}},
+    ],
+)
+def test_recurrent_collect_and_step_do_not_sync_on_cuda(extra: dict) -> None:
+    from rlx import RecurrentAlgorithmConfig
+    from rlx.envs import CartPoleNoVelocity
+
+    algo = RecurrentAlgorithmConfig(num_envs=256, horizon=16, device="cuda", seed=0, **extra).build(CartPoleNoVelocity)
+    for stats in _run_without_syncs(algo):
+        assert all(isinstance(v, float) for v in stats.values())
+    assert algo.buffer.get("hidden").is_cuda

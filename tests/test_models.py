@@ -8,7 +8,9 @@ from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rlx import AlgorithmConfig, EnvOutputError
-from rlx.models import MLPActorCritic, flatten_obs, obs_feature_size
+from torch.testing import assert_close
+
+from rlx.models import MLPActorCritic, RecurrentActorCritic, flatten_obs, obs_feature_size
 
 
 def test_default_model_uses_hiddens_and_activation_from_model_config() -> None:
@@ -74,3 +76,52 @@ def test_a_model_instance_is_used_as_given(scripted_env) -> None:
     model = MLPActorCritic(Unbounded(shape=(2,)), Categorical(2), num_params=(2, 0), hiddens=[5])
     algo = AlgorithmConfig(num_envs=4, horizon=2, device="cpu", model=model).build(scripted_env)
     assert algo.policy.model is model
+
+
+# -- the recurrent model -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("cell", ["lstm", "gru"])
+@pytest.mark.parametrize("num_layers", [1, 2])
+@pytest.mark.parametrize(("B", "T"), [(1, 1), (1, 9), (5, 1), (5, 9)])
+def test_a_sequence_forward_with_resets_equals_single_step_forwards(cell: str, num_layers: int, B: int, T: int) -> None:
+    torch.manual_seed(0)
+    model = RecurrentActorCritic(
+        Unbounded(shape=(3,)), Bounded(-1.0, 1.0, shape=(2,)), num_params=(2, 2), cell=cell, hidden_size=6,
+        num_layers=num_layers, hiddens=[5],
+    )
+    obs = torch.randn(B, T, 3)
+    resets = torch.rand(B, T) < 0.3
+    start = torch.randn(B, num_layers, 2 if cell == "lstm" else 1, 6)  # a state from earlier steps
+    params, values, final = model(obs, start, resets)
+    assert params.shape == (B, T, 4) and values.shape == (B, T, 1) and final.shape == start.shape
+    state = start
+    for t in range(T):
+        p, v, state = model(obs[:, t : t + 1], state, resets[:, t : t + 1])
+        assert_close(p[:, 0], params[:, t], atol=1e-6, rtol=1e-6)
+        assert_close(v[:, 0], values[:, t], atol=1e-6, rtol=1e-6)
+    assert_close(state, final, atol=1e-6, rtol=1e-6)
+
+
+def test_a_reset_step_ignores_the_state_it_was_given() -> None:
+    model = RecurrentActorCritic(Unbounded(shape=(3,)), Categorical(2), num_params=(2, 0), hidden_size=4)
+    obs = torch.randn(2, 1, 3)
+    resets = torch.ones(2, 1, dtype=torch.bool)
+    from_noise = model(obs, torch.randn(2, 1, 2, 4), resets)
+    from_initial = model(obs, model.initial_state(2), resets)
+    for a, b in zip(from_noise, from_initial):
+        assert torch.equal(a, b)
+
+
+def test_recurrent_model_config_errors_name_the_key() -> None:
+    for kwargs, key in (({"cell": "rnn"}, "cell"), ({"hidden_size": 0}, "hidden_size"), ({"num_layers": 1.5}, "num_layers")):
+        with pytest.raises(ValueError, match=f"model_config.{key}"):
+            RecurrentActorCritic(Unbounded(shape=(3,)), Categorical(2), num_params=(2, 0), **kwargs)
+
+
+def test_the_recurrent_model_reads_composite_observations() -> None:
+    spec = Composite(a=Unbounded(shape=(2,)), b=Unbounded(shape=(3,)))
+    model = RecurrentActorCritic(spec, Categorical(2), num_params=(2, 0), hidden_size=4)
+    obs = spec.rand((3, 5))  # [B, L]
+    params, values, state = model(obs, model.initial_state(3), torch.zeros(3, 5, dtype=torch.bool))
+    assert params.shape == (3, 5, 2) and values.shape == (3, 5, 1) and state.shape == (3, 1, 2, 4)

@@ -8,7 +8,7 @@ from torchrl.data import Categorical, Unbounded
 
 import pytest
 
-from rlx import AlgorithmConfig, NPGConfig
+from rlx import AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
 from rlx.policy import Policy
 from rlx.trainer import evaluate_policy
 
@@ -36,12 +36,15 @@ def test_obs_normalization_uses_running_statistics() -> None:
     assert Policy(Unbounded(shape=(2,)), Categorical(2)).normalize(data) is data
 
 
-@pytest.mark.parametrize("algorithm", ["ppo", "npg"])
-def test_masked_actions_are_never_taken_and_both_algorithms_learn_the_masked_task(masked_choice_env, algorithm) -> None:
+@pytest.mark.parametrize("algorithm", ["ppo", "npg", "recurrent_ppo"])
+def test_masked_actions_are_never_taken_and_every_algorithm_learns_the_masked_task(masked_choice_env, algorithm) -> None:
     common = dict(num_envs=64, horizon=8, device="cpu", seed=0, model_config={"hiddens": [32]}, gamma=0.0,
                   normalize_rewards=False)
     if algorithm == "ppo":
         algo = AlgorithmConfig(**common, optimizer_config={"lr": 3e-3}).build(masked_choice_env)
+    elif algorithm == "recurrent_ppo":
+        common["model_config"] = {"hidden_size": 16, "hiddens": [32]}
+        algo = RecurrentAlgorithmConfig(**common, seq_len=4, optimizer_config={"lr": 3e-3}).build(masked_choice_env)
     else:
         algo = NPGConfig(**common, max_kl=0.05).build(masked_choice_env)
     algo.env.invalid_taken = 0

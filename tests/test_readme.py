@@ -47,3 +47,11 @@ def test_readme_npg_example_runs_and_improves_pendulum() -> None:
     # steps every env finishes one. Random torques score about -1200.
     returns = [algo.collect()["episodes/return_mean"] for _ in range(4)]
     assert max(r for r in returns if r == r) > -600
+
+
+@pytest.mark.slow
+def test_readme_recurrent_example_balances_cartpole_without_velocities() -> None:
+    block = next(b for b in _python_blocks() if "RecurrentAlgorithmConfig(" in b)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["stats"]["episodes/length_mean"] >= 400

@@ -89,6 +89,9 @@ class Algorithm(ABC):
         env_steps: Env transitions collected so far (``B * T`` per collect).
     """
 
+    #: The policy class the algorithm builds.
+    policy_cls: type[Policy] = Policy
+
     def __init__(self, env_cls: EnvFactory, config: CommonConfig) -> None:
         from rlx.config import config_to_dict, resolve_device
 
@@ -110,7 +113,7 @@ class Algorithm(ABC):
         self.num_envs, self.horizon = config.num_envs, config.horizon
         check_env_limits(env_cls, self.num_envs, self.horizon)
         self.env = env_cls(self.num_envs, self.horizon, device=self.device)
-        self.policy = Policy(
+        self.policy = self.policy_cls(
             self.env.observation_spec,
             self.env.action_spec,
             model=config.model,
@@ -196,7 +199,7 @@ class Algorithm(ABC):
         obs = self.env.reset()
         check_obs(obs, obs_spec, B, where=f"{env_name}.reset()")
         with torch.no_grad():
-            params, values = self.policy.model(self.policy.normalize(obs))
+            params, values = self._probe_model(obs)
         expected = (B, sum(self.policy.num_params))
         if tuple(params.shape) != expected:
             raise EnvOutputError(
@@ -206,7 +209,7 @@ class Algorithm(ABC):
             )
         if tuple(values.shape) != (B, 1):
             raise EnvOutputError(f"model output 'values' has shape {list(values.shape)}, expected {[B, 1]}")
-        act = self.policy.act(obs)
+        act = self._probe_act(obs)
         expected_actions = (B, *action_spec.shape)
         if tuple(act.actions.shape) != expected_actions or act.actions.dtype != action_spec.dtype:
             raise EnvOutputError(
@@ -223,6 +226,14 @@ class Algorithm(ABC):
         self._env_truncates = TRUNCATED in out.keys()
         if self.buffer is None:
             self._allocate(obs_spec, action_spec)
+
+    def _probe_model(self, obs: Obs) -> tuple[Tensor, Tensor]:
+        """The model's ``(dist_params [B, P], values [B, 1])`` on reset observations."""
+        return self.policy.model(self.policy.normalize(obs))
+
+    def _probe_act(self, obs: Obs) -> Any:
+        """One :class:`~rlx.policy.ActOutput` on reset observations."""
+        return self.policy.act(obs)
 
     def _allocate(self, obs_spec: Any, action_spec: Any) -> None:
         B, T = self.num_envs, self.horizon
@@ -286,10 +297,11 @@ class Algorithm(ABC):
                 self.policy.update_obs_stats(obs_cols[0])
         else:
             obs_cols[0].copy_(obs_cols[T])
+        self._begin_collect(reset_all)
 
         terminates, truncates = self._env_terminates, self._env_truncates
         for t in range(T):
-            act = self.policy.act(obs_cols[t], deterministic=deterministic)
+            act = self._act(t, obs_cols[t], deterministic)
             out = self.env.step(act.env_actions)
             self._action_cols[t].copy_(act.actions)
             self._logp_cols[t].copy_(act.logp)
@@ -306,13 +318,12 @@ class Algorithm(ABC):
                     "when validated; an env must return the same keys on every step"
                 )
             obs_cols[t + 1].copy_(out.get(OBS))
-        self._value_cols[T].copy_(self.policy.value(obs_cols[T]))
+        self._value_cols[T].copy_(self._bootstrap_values(obs_cols[T]))
         buf = self.buffer
         if truncates:
             # V(final_obs) for the whole rollout in one batched pass; kept only where the
             # episode was truncated (the bootstrap of design.md §5).
-            final_obs = _flatten_time(buf.get(FINAL_OBS)[:, :T])  # [N, *obs]
-            final_values = self.policy.value(final_obs).view(B, T, 1)
+            final_values = self._final_values(buf.get(FINAL_OBS)[:, :T])  # [B, T, 1]
             buf.get(FINAL_VALUES)[:, :T] = final_values.masked_fill(~buf.get(TRUNCATED)[:, :T], 0.0)
 
         rewards = buf.get(REWARDS)[:, :T]  # [B, T, 1]
@@ -345,6 +356,25 @@ class Algorithm(ABC):
             "env/steps": float(B * T * self.world_size),
             "profiling/collect_ms": 1e3 * (time.perf_counter() - start),
         }
+
+    # Hooks of collect(), overridden by the recurrent algorithm: each runs inside the T
+    # loop or right after it, so none may sync with the host.
+
+    def _begin_collect(self, reset_all: bool) -> None:
+        """Called after column 0's observations are in place, before the T loop."""
+
+    def _act(self, t: int, obs: Obs, deterministic: bool) -> Any:
+        """Act at step ``t`` on the ``[B, *obs]`` observations of column ``t``."""
+        return self.policy.act(obs, deterministic=deterministic)
+
+    def _bootstrap_values(self, obs: Obs) -> Tensor:
+        """``V`` of column ``T``'s observations, ``[B, 1]``."""
+        return self.policy.value(obs)
+
+    def _final_values(self, final_obs: Obs) -> Tensor:
+        """``V(final_obs)`` for every step of the rollout: ``[B, T, *obs]`` -> ``[B, T, 1]``."""
+        B, T = self.num_envs, self.horizon
+        return self.policy.value(_flatten_time(final_obs)).view(B, T, 1)  # [N, 1] -> [B, T, 1]
 
     def _collect_stats_tensor(self, rewards: Tensor, dones: Tensor, reset_all: bool) -> Tensor:
         """Reduce the collect statistics on the device into one float64 vector.

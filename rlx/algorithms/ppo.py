@@ -21,7 +21,10 @@ from rlx._sync import allowed_sync
 from rlx.algorithms.base import Algorithm
 from rlx.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.env import OBS
+from rlx.policy import EvalOutput
 from rlx.schedulers import Schedule
+
+Obs = Tensor | TensorDictBase
 
 if TYPE_CHECKING:
     from rlx.config import AlgorithmConfig
@@ -127,8 +130,27 @@ class PPO(Algorithm):
             if self.world_size > 1:
                 raise ValueError("AlgorithmConfig.cudagraphs: not supported under torch.distributed yet")
 
+    # The update shuffles and slices "units": samples here, whole sequences in the
+    # recurrent subclass. These three methods are all that differs between the two.
+
+    def _num_units(self) -> tuple[int, int]:
+        """``(units in the rollout, units per minibatch)``: samples, ``(N, M)``."""
+        return self.num_envs * self.horizon, self.config.minibatch_size
+
+    def _training_batch(self) -> dict[str, Obs]:
+        """The rollout as ``[N, ...]`` entries, advantages normalized if configured."""
+        batch = self._flat_batch()
+        if self.config.normalize_advantages:
+            batch[ADVANTAGES] = self._normalized_advantages(batch[ADVANTAGES])
+        return batch
+
+    def _evaluate_minibatch(self, mb: dict[str, Obs]) -> tuple[EvalOutput, dict[str, Obs]]:
+        """The policy's outputs on a minibatch, and the rollout entries they pair with,
+        both ``[M, ...]``."""
+        return self.policy.evaluate(mb[OBS], mb[ACTIONS]), mb
+
     def _minibatch_bounds(self) -> list[tuple[int, int]]:
-        n, m = self.num_envs * self.horizon, self.config.minibatch_size
+        n, m = self._num_units()
         return [(start, min(m, n - start)) for start in range(0, n, m)]
 
     def step(self) -> dict[str, float]:
@@ -146,11 +168,9 @@ class PPO(Algorithm):
         self._check_buffered()
         start = time.perf_counter()
         cfg = self.config
-        N = self.num_envs * self.horizon
+        N = self._num_units()[0]
         self._compute_advantages()
-        batch = self._flat_batch()
-        if cfg.normalize_advantages:
-            batch[ADVANTAGES] = self._normalized_advantages(batch[ADVANTAGES])
+        batch = self._training_batch()
         lr, entropy_coeff = self.lr, self._entropy_coeff_value
 
         bounds = self._minibatch_bounds()
@@ -220,15 +240,15 @@ class PPO(Algorithm):
         """
         cfg = self.config
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
-            out = self.policy.evaluate(mb[OBS], mb[ACTIONS])
+            out, rollout = self._evaluate_minibatch(mb)
         losses = ppo_losses(
             out.logp,
             out.entropy,
             out.values.float(),
-            mb[LOGP],
-            mb[VALUES],
-            mb[ADVANTAGES],
-            mb[RETURNS],
+            rollout[LOGP],
+            rollout[VALUES],
+            rollout[ADVANTAGES],
+            rollout[RETURNS],
             clip_param=cfg.clip_param,
             dual_clip_param=cfg.dual_clip_param,
             vf_clip_param=cfg.vf_clip_param,

@@ -3,8 +3,9 @@ adapters for gymnasium and TorchRL envs, and ``check_env`` for your own.
 """
 
 from rlx.envs.acrobot import Acrobot
-from rlx.envs.cartpole import CartPole
+from rlx.envs.cartpole import CartPole, CartPoleNoVelocity
 from rlx.envs.dummy import ContinuousDummyEnv, DiscreteDummyEnv
+from rlx.envs.memory import CueRecall
 from rlx.envs.mountain_car import MountainCarContinuous
 from rlx.envs.pendulum import Pendulum
 from rlx.envs.point_mass import PointMass
@@ -18,6 +19,8 @@ TOOLS = ["GymnasiumEnv", "TorchRLEnv", "check_env", "to_torchrl"]
 __all__ = [
     "Acrobot",
     "CartPole",
+    "CartPoleNoVelocity",
+    "CueRecall",
     "ContinuousDummyEnv",
     "DiscreteDummyEnv",
     "MountainCarContinuous",

@@ -11,7 +11,7 @@ from torchrl.data import Categorical, Unbounded
 
 from rlx.envs._episodic import EpisodicEnv
 
-__all__ = ["CartPole"]
+__all__ = ["CartPole", "CartPoleNoVelocity"]
 
 
 class CartPole(EpisodicEnv):
@@ -135,6 +135,31 @@ class CartPole(EpisodicEnv):
         # wants termination alone there (``_end_step``), since nothing should bootstrap
         # from that state.
         return self._end_step(final_obs, torch.ones_like(x), terminated)
+
+
+class CartPoleNoVelocity(CartPole):
+    """CartPole with the velocities hidden: a partially observed task for recurrent policies.
+
+    The dynamics, rewards, episode ends and resets are :class:`CartPole`'s; the
+    observation is ``[B, 2]`` float32, cart position and pole angle only. A policy must
+    infer the velocities from the history of positions, which a feedforward policy cannot
+    do from one observation.
+    """
+
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.observation_spec = Unbounded(shape=(2,), device=self.device)
+
+    def _obs(self, state: torch.Tensor) -> torch.Tensor:
+        """Cart position and pole angle of ``[B, 4]`` states, ``[B, 2]``."""
+        return state[:, 0::2].float()  # columns 0 (x) and 2 (theta)
 
 
 def _float32_at_or_below(value: float) -> float:

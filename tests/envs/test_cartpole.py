@@ -310,3 +310,25 @@ def test_cartpole_steps_without_syncs_and_replays_as_a_cuda_graph() -> None:
         for key in ("final_obs", "rewards", "terminated", "truncated"):
             assert torch.equal(static_out[key], expected[key]), key
         assert torch.equal(env.state_dict()["steps"], eager.state_dict()["steps"])
+
+
+def test_cartpole_without_velocities_observes_position_and_angle_of_the_same_dynamics() -> None:
+    from rlx.envs import CartPoleNoVelocity
+
+    torch.manual_seed(0)
+    full = CartPole(8)
+    full_obs = full.reset()
+    torch.manual_seed(0)
+    hidden = CartPoleNoVelocity(8)
+    obs = hidden.reset()
+    assert hidden.observation_spec.shape == (2,) and torch.equal(obs, full_obs[:, [0, 2]])
+    for step in range(30):
+        actions = torch.randint(0, 2, (8,))
+        torch.manual_seed(step)  # the same reset draws in both
+        a = full.step(actions)
+        torch.manual_seed(step)
+        b = hidden.step(actions)
+        for key in ("obs", "final_obs"):
+            assert torch.equal(b[key], a[key][:, [0, 2]])
+        for key in ("rewards", "terminated", "truncated"):
+            assert torch.equal(b[key], a[key])
