@@ -20,6 +20,7 @@ Medians over the seeds go to stdout; every run is appended to
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import statistics
@@ -30,7 +31,6 @@ from pathlib import Path
 import torch
 
 from rlx import AlgorithmConfig
-from rlx.config import config_to_dict
 from rlx.trainer import load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -57,7 +57,7 @@ def _train(algo, key: str, threshold: float | None, max_env_steps: int) -> tuple
 
 def _feedforward(task: str, run, seed: int):
     if task == "cue_recall":
-        fields = {k: v for k, v in config_to_dict(run.config).items() if k not in ("seq_len", "burn_in", "model_config")}
+        fields = {f.name: getattr(run.config, f.name) for f in dataclasses.fields(AlgorithmConfig) if f.name != "model_config"}
         config = AlgorithmConfig(**{**fields, "seed": seed, "model_config": {"hiddens": [64, 64], "activation_fn": "tanh"}})
         return config.build(run.env_cls)
     cartpole = load_run_config(ROOT / "configs" / "cartpole_ppo.yaml", [f"config.seed={seed}"])

@@ -18,7 +18,8 @@ For each grid point it builds the algorithm, runs warm-up iterations, then times
 trained on sequences of 16 steps (or T when shorter), next to the feedforward rows.
 
 Results are appended as JSON lines to ``benchmarks/results/throughput_<device>.jsonl``
-and written as a markdown table to ``benchmarks/results/throughput_<device>.md``, with the
+and written as a markdown table to ``benchmarks/results/throughput_<device>.md`` (``--tag``
+adds a suffix to both names), with the
 torch version, device name, thread count and git commit. ``--quick`` runs a small grid in
 well under a minute on a CPU.
 """
@@ -117,6 +118,7 @@ def main() -> None:
     parser.add_argument("--iters", type=int, default=5)
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--tag", default="", help="suffix of the results files, e.g. recurrent")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
@@ -147,6 +149,7 @@ def main() -> None:
             "commit": commit, "date": time.strftime("%Y-%m-%d")}
     RESULTS.mkdir(exist_ok=True)
     tag = ("cuda" if device.type == "cuda" else "cpu") + ("_cudagraphs" if args.cudagraphs else "")
+    tag += f"_{args.tag}" if args.tag else ""
     with open(RESULTS / f"throughput_{tag}.jsonl", "a") as f:
         for row in rows:
             f.write(json.dumps({**row, **meta}) + "\n")

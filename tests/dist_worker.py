@@ -1,6 +1,6 @@
 """A torchrun worker for tests/test_distributed.py (also runs as a single process).
 
-    python tests/dist_worker.py MODE TOTAL_ENVS OUT      (MODE: ppo, npg, mismatch, die)
+    python tests/dist_worker.py MODE TOTAL_ENVS OUT      (MODE: ppo, npg, recurrent_ppo, mismatch, die)
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Categorical, Unbounded
 
-from rlx import AlgorithmConfig, NPGConfig
+from rlx import AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
 from rlx import distributed as rdist
 from rlx.env import Env
 
@@ -68,6 +68,11 @@ def main() -> None:
     try:
         if mode == "ppo":
             config = AlgorithmConfig(**common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2})
+        elif mode == "recurrent_ppo":
+            config = RecurrentAlgorithmConfig(
+                **{**common, "model_config": {"hiddens": [16], "hidden_size": 8}}, seq_len=4, num_sgd_iters=3,
+                shuffle_minibatches=False, optimizer_config={"lr": 1e-2},
+            )
         elif mode == "npg":
             config = NPGConfig(**common, fvp_subsample=1.0, line_search=True, optim_critic_iters=2)
         elif mode == "mismatch":

@@ -36,7 +36,7 @@ def _torchrun(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["ppo", "npg"])
+@pytest.mark.parametrize("mode", ["ppo", "npg", "recurrent_ppo"])
 def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: str) -> None:
     single = subprocess.run([sys.executable, WORKER, mode, "8", str(tmp_path / "single.pt")], capture_output=True,
                             text=True, timeout=120, env=_env())
