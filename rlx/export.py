@@ -51,7 +51,7 @@ class DeployedPolicy(nn.Module):
         return self.policy.act(obs, deterministic=self.deterministic).env_actions
 
 
-class DeployedRecurrentPolicy(nn.Module):
+class DeployedRecurrentPolicy(DeployedPolicy):
     """Observations and a carried state to env actions and the next state.
 
     Args:
@@ -59,12 +59,7 @@ class DeployedRecurrentPolicy(nn.Module):
         deterministic: Act with the distribution's mode; ``False`` samples.
     """
 
-    def __init__(self, policy: RecurrentPolicy, *, deterministic: bool = True) -> None:
-        super().__init__()
-        self.policy = copy.deepcopy(policy).eval()
-        for p in self.policy.parameters():
-            p.requires_grad_(False)
-        self.deterministic = deterministic
+    policy: RecurrentPolicy
 
     @torch.no_grad()
     def initial_state(self, batch_size: int) -> Tensor:
@@ -72,7 +67,7 @@ class DeployedRecurrentPolicy(nn.Module):
         return self.policy.initial_state(batch_size)
 
     @torch.no_grad()
-    def forward(self, obs: Any, state: Tensor, resets: Tensor) -> tuple[Tensor, Tensor]:
+    def forward(self, obs: Any, state: Tensor, resets: Tensor) -> tuple[Tensor, Tensor]:  # type: ignore[override]
         """One step: ``[N, *obs]`` raw observations, ``[N, *state]`` states and ``[N]`` bool
         resets (True at an episode's first step) to ``[N, *action]`` env actions and the
         next states."""
@@ -156,7 +151,7 @@ def export_torchscript(path: str | Path, out: str | Path, *, batch_size: int = 2
     if not isinstance(policy.observation_spec.zero(), Tensor):
         raise ValueError("rlx export supports tensor observations only; load dict-observation policies with rlx.load_policy")
     if isinstance(policy, RecurrentPolicy):
-        module: nn.Module = DeployedRecurrentPolicy(policy, deterministic=True)
+        module: DeployedPolicy = DeployedRecurrentPolicy(policy, deterministic=True)
 
         def inputs(n: int) -> tuple[Tensor, ...]:
             # Random states and a mix of resets, so the trace keeps both paths.

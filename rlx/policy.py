@@ -78,6 +78,8 @@ class Policy(nn.Module):
 
     #: The model class built when neither ``model`` nor ``model_cls`` is given.
     default_model_cls: type[nn.Module] = MLPActorCritic
+    #: Whether the policy carries a state per sub-env (see :class:`RecurrentPolicy`).
+    recurrent: bool = False
 
     def __init__(
         self,
@@ -99,6 +101,11 @@ class Policy(nn.Module):
         if model is None:
             model = (model_cls or self.default_model_cls)(
                 observation_spec, action_spec, num_params=self.num_params, **(model_config or {})
+            )
+        if callable(getattr(model, "initial_state", None)) and not self.recurrent:
+            raise TypeError(
+                f"model {type(model).__name__} is recurrent (it has initial_state); train it with "
+                "RecurrentAlgorithmConfig (algorithm: recurrent_ppo)"
             )
         self.model = model.to(device)
         self._has_mask = isinstance(observation_spec, Composite) and ACTION_MASK in observation_spec.keys()
@@ -181,6 +188,7 @@ class RecurrentPolicy(Policy):
     """
 
     default_model_cls = RecurrentActorCritic
+    recurrent = True
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)

@@ -120,6 +120,15 @@ def test_a_model_without_the_recurrent_interface_is_refused(scripted_env) -> Non
         _config(model_cls=Feedforward, model_config=None).build(scripted_env)
 
 
+def test_a_recurrent_model_in_a_feedforward_algorithm_is_refused(scripted_env) -> None:
+    from rlx import NPGConfig
+    from rlx.models import RecurrentActorCritic
+
+    for cls in (AlgorithmConfig, NPGConfig):
+        with pytest.raises(TypeError, match="is recurrent.*RecurrentAlgorithmConfig"):
+            cls(num_envs=4, horizon=8, device="cpu", model_cls=RecurrentActorCritic).build(scripted_env)
+
+
 def test_wrong_recurrent_output_shapes_are_reported(scripted_env) -> None:
     class WrongState(StepCounter):
         def forward(self, obs: Tensor, state: Tensor, resets: Tensor) -> tuple[Tensor, Tensor, Tensor]:
