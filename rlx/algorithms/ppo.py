@@ -9,6 +9,7 @@ the returned statistics.
 
 from __future__ import annotations
 
+import sys
 import time
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -30,7 +31,10 @@ if TYPE_CHECKING:
     from rlx.config import AlgorithmConfig
     from rlx.env import EnvFactory
 
-__all__ = ["PPO", "PPOLosses", "ppo_losses"]
+__all__ = ["PPO", "PPOLosses", "ppo_losses", "CPU_MICRO_BATCH_SIZE"]
+
+#: Default ``micro_batch_size`` on a CPU: whole-buffer passes spill out of cache.
+CPU_MICRO_BATCH_SIZE = 2048
 
 
 class PPOLosses(NamedTuple):
@@ -129,6 +133,18 @@ class PPO(Algorithm):
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
             if self.world_size > 1:
                 raise ValueError("AlgorithmConfig.cudagraphs: not supported under torch.distributed yet")
+
+    @property
+    def _micro_units(self) -> int:
+        """Units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
+        micro = self.config.micro_batch_size
+        if micro is None:
+            micro = CPU_MICRO_BATCH_SIZE if self.device.type == "cpu" else 0
+        return max(1, micro // self._unit_samples()) if micro else sys.maxsize
+
+    def _unit_samples(self) -> int:
+        """Samples per unit: 1."""
+        return 1
 
     # The update shuffles and slices "units": samples here, whole sequences in the
     # recurrent subclass. These three methods are all that differs between the two.
@@ -235,9 +251,29 @@ class PPO(Algorithm):
     def _update(self, mb: dict[str, Tensor], params: list, *, weight: float = 1.0, step: bool = True) -> Tensor:
         """One minibatch: forward, PPO losses, backward, and (when ``step``) the optimizer.
 
+        A minibatch larger than the micro-batch is run in micro-batches whose gradients
+        accumulate, each weighted by its share: the same gradient and statistics as one
+        pass, up to float rounding, with activations that stay in cache on a CPU.
+
         Returns:
             ``[6]``: total, policy, vf and entropy losses, approximate KL, clip fraction.
         """
+        size = next(iter(mb.values())).shape[0]
+        chunk = self._micro_units
+        if size <= chunk:
+            stats = self._backward(mb, weight)
+        else:
+            stats = torch.zeros(6, device=self.device)
+            for lo in range(0, size, chunk):
+                part = {key: x[lo : lo + chunk] for key, x in mb.items()}
+                share = min(chunk, size - lo) / size
+                stats += share * self._backward(part, weight * share)
+        if step:
+            self._optimizer_step(params)
+        return stats
+
+    def _backward(self, mb: dict[str, Tensor], weight: float) -> Tensor:
+        """Forward, PPO losses and backward of ``weight * loss`` (no optimizer step)."""
         cfg = self.config
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
             out, rollout = self._evaluate_minibatch(mb)
@@ -256,8 +292,6 @@ class PPO(Algorithm):
             entropy_coeff=self.entropy_coeff,
         )
         self.grad_scaler.scale(losses.total * weight if weight != 1.0 else losses.total).backward()
-        if step:
-            self._optimizer_step(params)
         return torch.stack([losses.total.detach(), *losses[1:]])
 
     def _graphed_update(self, mb: dict[str, Tensor], params: list) -> Tensor:

@@ -156,6 +156,10 @@ class RecurrentPPO(PPO):
 
     # -- the update on sequences ----------------------------------------------------------
 
+    def _unit_samples(self) -> int:
+        """Samples per unit: one sequence, ``seq_len``."""
+        return self.config.sequence_length
+
     def _num_units(self) -> tuple[int, int]:
         """``(sequences in the rollout, sequences per minibatch)``."""
         L = self.seq_len

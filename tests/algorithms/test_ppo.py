@@ -222,3 +222,28 @@ def test_state_dict_is_a_snapshot_that_later_steps_do_not_change(scripted_env) -
     algo.step()
     assert all(torch.equal(state["policy"][k], v) for k, v in saved.items())
     assert not all(torch.equal(a, b) for a, b in zip(algo.policy.state_dict().values(), saved.values()))
+
+
+@pytest.mark.parametrize("micro_batch_size", [7, 16, 60])  # uneven, even, no split of the 60 samples
+def test_micro_batches_give_the_update_and_stats_of_one_pass(scripted_env, micro_batch_size: int) -> None:
+    common = dict(optimizer_cls=torch.optim.SGD, optimizer_config={"lr": 0.1}, num_sgd_iters=2, shuffle_minibatches=False,
+                  vf_clip_param=0.5, entropy_coeff=0.01)
+    runs = []
+    for micro in (0, micro_batch_size):
+        algo = _config(micro_batch_size=micro, **common).build(scripted_env)
+        algo.collect()
+        stats = _without_timing(algo.step())
+        runs.append((stats, _params(algo)))
+    (one_pass, params), (micro, micro_params) = runs
+    for a, b in zip(params, micro_params):
+        assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert micro == pytest.approx(one_pass, rel=1e-5, abs=1e-7)
+
+
+def test_micro_batch_size_defaults_to_a_split_on_cpu_only(scripted_env) -> None:
+    from rlx.algorithms.ppo import CPU_MICRO_BATCH_SIZE
+
+    assert _config().build(scripted_env)._micro_units == CPU_MICRO_BATCH_SIZE
+    assert _config(micro_batch_size=0).build(scripted_env)._micro_units > 10**9
+    with pytest.raises(ValueError, match="micro_batch_size"):
+        _config(micro_batch_size=-1)

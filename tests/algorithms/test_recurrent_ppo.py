@@ -332,3 +332,16 @@ def test_recurrent_ppo_remembers_the_cue_and_feedforward_ppo_stays_at_chance() -
     last = ff_returns[-20:]
     # 128 episodes per collect: the mean of 20 collects has a std of about 0.02 at chance.
     assert abs(sum(last) / len(last)) < 0.1, f"feedforward PPO averaged {sum(last) / len(last):.3f}"
+
+
+def test_micro_batches_of_whole_sequences_give_the_update_of_one_pass() -> None:
+    common = dict(optimizer_cls=torch.optim.SGD, optimizer_config={"lr": 0.1}, num_sgd_iters=2, shuffle_minibatches=False)
+    runs = []
+    for micro in (0, 8):  # 8 samples: 2 sequences of 4 per pass, 18 sequences in all
+        algo = _config(micro_batch_size=micro, **common).build(CartPole)
+        assert algo._micro_units == (2 if micro else algo._micro_units)
+        algo.collect()
+        runs.append((_without_timing(algo.step()), _params(algo)))
+    for a, b in zip(runs[0][1], runs[1][1]):
+        assert_close(a, b, atol=1e-6, rtol=1e-5)
+    assert runs[1][0] == pytest.approx(runs[0][0], rel=1e-5, abs=1e-7)
