@@ -25,7 +25,7 @@ from rlx.env import ACTION_MASK
 from rlx.models import MLPActorCritic, RecurrentActorCritic
 from rlx.normalization import RunningMeanStd
 
-__all__ = ["Policy", "RecurrentPolicy", "ActOutput", "EvalOutput"]
+__all__ = ["Policy", "RecurrentPolicy", "ActOutput", "ActionSample", "EvalOutput"]
 
 Obs = Tensor | TensorDictBase
 #: Normalized observations are clipped to this many standard deviations.
@@ -39,6 +39,14 @@ class ActOutput(NamedTuple):
     env_actions: Tensor  #: ``[N, *action]``, as given to the env (clipped or squashed)
     logp: Tensor  #: ``[N, 1]``
     values: Tensor  #: ``[N, 1]``
+
+
+class ActionSample(NamedTuple):
+    """What :meth:`Policy.sample_actions` returns for ``N`` observations: no values."""
+
+    actions: Tensor  #: ``[N, *action]``, as stored in the buffer
+    env_actions: Tensor  #: ``[N, *action]``, as given to the env
+    logp: Tensor  #: ``[N, 1]``
 
 
 class EvalOutput(NamedTuple):
@@ -158,6 +166,22 @@ class Policy(nn.Module):
         dist = self.distribution(params, obs)
         actions = dist.mode() if deterministic else dist.sample()
         return ActOutput(actions, dist.env_actions(actions), dist.log_prob(actions), values.float())
+
+    @property
+    def separate_heads(self) -> bool:
+        """The model computes actions and values apart (``dist_params`` and ``value``)."""
+        return callable(getattr(self.model, "dist_params", None)) and callable(getattr(self.model, "value", None))
+
+    @torch.no_grad()
+    def sample_actions(self, obs: Obs, *, deterministic: bool = False) -> ActionSample:
+        """Like :meth:`act` without the values: only the actor runs when the model has a
+        ``dist_params`` head (collect then computes the values of the whole rollout in one
+        batched pass)."""
+        normalized = self.normalize(obs)
+        params = self.model.dist_params(normalized) if self.separate_heads else self.model(normalized)[0]
+        dist = self.distribution(params, obs)
+        actions = dist.mode() if deterministic else dist.sample()
+        return ActionSample(actions, dist.env_actions(actions), dist.log_prob(actions))
 
     def evaluate(self, obs: Obs, actions: Tensor) -> EvalOutput:
         """Log-probabilities, entropy and values of ``actions`` at raw ``obs`` (with grad)."""

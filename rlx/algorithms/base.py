@@ -41,7 +41,10 @@ if TYPE_CHECKING:
     from rlx.config import CommonConfig
     from rlx.env import EnvFactory
 
-__all__ = ["Algorithm"]
+__all__ = ["Algorithm", "VALUE_PASS_ROWS"]
+
+#: Rows per batched value pass after the T loop.
+VALUE_PASS_ROWS = 32768
 
 Obs = Tensor | TensorDictBase
 
@@ -305,7 +308,8 @@ class Algorithm(ABC):
             out = self.env.step(act.env_actions)
             self._action_cols[t].copy_(act.actions)
             self._logp_cols[t].copy_(act.logp)
-            self._value_cols[t].copy_(act.values)
+            if not self._values_after_loop:
+                self._value_cols[t].copy_(act.values)
             self._reward_cols[t].copy_(out.get(REWARDS))
             if terminates:
                 self._terminated_cols[t].copy_(out.get(TERMINATED))
@@ -318,8 +322,13 @@ class Algorithm(ABC):
                     "when validated; an env must return the same keys on every step"
                 )
             obs_cols[t + 1].copy_(out.get(OBS))
-        self._value_cols[T].copy_(self._bootstrap_values(obs_cols[T]))
         buf = self.buffer
+        if self._values_after_loop:
+            # V of every column, the bootstrap column T included, in batched passes: with
+            # separate heads the T loop ran only the actor.
+            buf.get(VALUES).copy_(self._batched_values(buf.get(OBS)))
+        else:
+            self._value_cols[T].copy_(self._bootstrap_values(obs_cols[T]))
         if truncates:
             # V(final_obs) for the whole rollout in one batched pass; kept only where the
             # episode was truncated (the bootstrap of design.md §5).
@@ -363,9 +372,27 @@ class Algorithm(ABC):
     def _begin_collect(self, reset_all: bool) -> None:
         """Called after column 0's observations are in place, before the T loop."""
 
+    @property
+    def _values_after_loop(self) -> bool:
+        """Collect samples actions in the T loop and computes every value after it."""
+        return self.policy.separate_heads and not self.policy.recurrent
+
     def _act(self, t: int, obs: Obs, deterministic: bool) -> Any:
         """Act at step ``t`` on the ``[B, *obs]`` observations of column ``t``."""
+        if self._values_after_loop:
+            return self.policy.sample_actions(obs, deterministic=deterministic)
         return self.policy.act(obs, deterministic=deterministic)
+
+    def _batched_values(self, obs: Obs) -> Tensor:
+        """``V`` of ``[B, C, *obs]`` observations, ``[B, C, 1]``, in passes of at most
+        ``VALUE_PASS_ROWS`` rows (one pass over ``B * C`` rows spills out of a CPU's cache)."""
+        B, C = obs.shape[:2]
+        values = torch.empty(B, C, 1, device=self.device)
+        step = max(1, VALUE_PASS_ROWS // B)
+        for lo in range(0, C, step):
+            hi = min(lo + step, C)
+            values[:, lo:hi] = self.policy.value(_flatten_time(obs[:, lo:hi])).view(B, hi - lo, 1)
+        return values
 
     def _bootstrap_values(self, obs: Obs) -> Tensor:
         """``V`` of column ``T``'s observations, ``[B, 1]``."""
@@ -373,8 +400,7 @@ class Algorithm(ABC):
 
     def _final_values(self, final_obs: Obs) -> Tensor:
         """``V(final_obs)`` for every step of the rollout: ``[B, T, *obs]`` -> ``[B, T, 1]``."""
-        B, T = self.num_envs, self.horizon
-        return self.policy.value(_flatten_time(final_obs)).view(B, T, 1)  # [N, 1] -> [B, T, 1]
+        return self._batched_values(final_obs)
 
     def _collect_stats_tensor(self, rewards: Tensor, dones: Tensor, reset_all: bool) -> Tensor:
         """Reduce the collect statistics on the device into one float64 vector.

@@ -26,6 +26,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import Tensor
 
+from rlx.algorithms import base
 from rlx.algorithms.base import _flatten_time
 from rlx.algorithms.ppo import PPO
 from rlx.buffer import ACTIONS, ADVANTAGES, HIDDEN, LOGP, RESETS, RETURNS, VALUES
@@ -39,9 +40,6 @@ if TYPE_CHECKING:
 __all__ = ["RecurrentPPO"]
 
 Obs = Tensor | TensorDictBase
-
-#: Rows per batched pass of the truncation bootstrap V(final_obs).
-_FINAL_VALUE_ROWS = 32768
 
 # Entries of the training batch used only with burn-in.
 _BURN_OBS, _BURN_RESETS, _BURN_HIDDEN, _BURN_VALID = "burn_obs", "burn_resets", "burn_hidden", "burn_valid"
@@ -141,12 +139,12 @@ class RecurrentPPO(PPO):
     def _final_values(self, final_obs: Obs) -> Tensor:
         # The episode that ended at step t would have continued from the state after
         # step t, before any reset: column t + 1 of ``hidden``.
-        # Chunks of at most _FINAL_VALUE_ROWS rows: one [B*T] pass through the cell was
+        # Chunks of at most VALUE_PASS_ROWS rows: one [B*T] pass through the cell was
         # twice as slow on a CPU (its gates do not fit in cache) as the same work in chunks.
         B, T = self.num_envs, self.horizon
         hidden = self.buffer.get(HIDDEN)
         values = torch.empty(B, T, 1, device=self.device)
-        step = max(1, _FINAL_VALUE_ROWS // B)
+        step = max(1, base.VALUE_PASS_ROWS // B)
         for lo in range(0, T, step):
             hi = min(lo + step, T)
             states = _flatten_time(hidden[:, lo + 1 : hi + 1])  # [B*(hi-lo), *state]

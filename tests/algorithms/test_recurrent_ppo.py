@@ -159,7 +159,7 @@ def test_the_state_restarts_exactly_at_episode_ends_and_nowhere_else(scripted_en
 
 @pytest.mark.parametrize("rows_per_pass", [32768, 20])  # one pass; passes of 2 columns (7 = 2+2+2+1)
 def test_truncation_bootstraps_from_the_state_that_continues_the_episode(scripted_env, rows_per_pass, monkeypatch) -> None:
-    monkeypatch.setattr("rlx.algorithms.recurrent_ppo._FINAL_VALUE_ROWS", rows_per_pass)
+    monkeypatch.setattr("rlx.algorithms.base.VALUE_PASS_ROWS", rows_per_pass)
     algo = _config(model_cls=StepCounter, model_config=None, num_envs=10, horizon=7, seq_len=7).build(scripted_env)
     algo.collect()
     buf = algo.buffer
