@@ -26,7 +26,6 @@ import torch
 from tensordict import TensorDictBase
 from torch import Tensor
 
-from rlx.algorithms import base
 from rlx.algorithms.base import _flatten_time
 from rlx.algorithms.ppo import PPO
 from rlx.buffer import ACTIONS, ADVANTAGES, HIDDEN, LOGP, RESETS, RETURNS, VALUES
@@ -139,12 +138,12 @@ class RecurrentPPO(PPO):
     def _final_values(self, final_obs: Obs) -> Tensor:
         # The episode that ended at step t would have continued from the state after
         # step t, before any reset: column t + 1 of ``hidden``.
-        # Chunks of at most VALUE_PASS_ROWS rows: one [B*T] pass through the cell was
-        # twice as slow on a CPU (its gates do not fit in cache) as the same work in chunks.
+        # Passes of a few thousand rows on a CPU: one [B*T] pass through the cell was twice
+        # as slow (its gates do not fit in cache) as the same work in chunks.
         B, T = self.num_envs, self.horizon
         hidden = self.buffer.get(HIDDEN)
         values = torch.empty(B, T, 1, device=self.device)
-        step = max(1, base.VALUE_PASS_ROWS // B)
+        step = max(1, self._value_pass_rows() // B)
         for lo in range(0, T, step):
             hi = min(lo + step, T)
             states = _flatten_time(hidden[:, lo + 1 : hi + 1])  # [B*(hi-lo), *state]

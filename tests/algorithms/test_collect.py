@@ -181,3 +181,22 @@ def test_deterministic_collect_takes_the_mode(masked_choice_env) -> None:
     params, _ = algo.policy.model(algo.buffer["obs"][:, :4].reshape(-1))
     dist = algo.policy.distribution(params, algo.buffer["obs"][:, :4].reshape(-1))
     assert torch.equal(algo.buffer["actions"][:, :4].reshape(-1), dist.mode())
+
+
+@pytest.mark.parametrize("rows_per_pass", [2048, 7])  # one pass; passes of 1 column (B=6)
+def test_values_computed_after_the_loop_equal_the_acting_values(rows_per_pass, monkeypatch) -> None:
+    from rlx import AlgorithmConfig
+    from rlx.envs import CartPole
+
+    monkeypatch.setattr("rlx.algorithms.base.VALUE_PASS_ROWS", rows_per_pass)
+    algo = AlgorithmConfig(num_envs=6, horizon=9, device="cpu", seed=0, normalize_obs=True,
+                           model_config={"hiddens": [16]}).build(CartPole)
+    assert algo._values_after_loop  # the default model has separate heads
+    for _ in range(2):
+        algo.collect()
+        algo.step()
+    algo.collect()
+    buf = algo.buffer
+    for t in range(10):  # column T (the bootstrap) included
+        expected = algo.policy.act(buf.get("obs")[:, t]).values
+        torch.testing.assert_close(buf.get("values")[:, t], expected, atol=1e-6, rtol=1e-6)
