@@ -88,6 +88,10 @@ class Policy(nn.Module):
     default_model_cls: type[nn.Module] = MLPActorCritic
     #: Whether the policy carries a state per sub-env (see :class:`RecurrentPolicy`).
     recurrent: bool = False
+    #: :meth:`sample_actions` runs the actor in passes of at most this many rows (``None``:
+    #: one pass). Algorithms set it on a CPU, where a pass over a few thousand rows of a
+    #: 256-wide MLP spills out of cache and costs up to twice as much per row.
+    max_rows_per_pass: int | None = None
 
     def __init__(
         self,
@@ -178,7 +182,12 @@ class Policy(nn.Module):
         ``dist_params`` head (collect then computes the values of the whole rollout in one
         batched pass)."""
         normalized = self.normalize(obs)
-        params = self.model.dist_params(normalized) if self.separate_heads else self.model(normalized)[0]
+        head = self.model.dist_params if self.separate_heads else (lambda x: self.model(x)[0])
+        n, rows = normalized.shape[0], self.max_rows_per_pass
+        if rows is None or n <= rows:
+            params = head(normalized)
+        else:  # cache-sized passes: see max_rows_per_pass
+            params = torch.cat([head(normalized[lo : lo + rows]) for lo in range(0, n, rows)])
         dist = self.distribution(params, obs)
         actions = dist.mode() if deterministic else dist.sample()
         return ActionSample(actions, dist.env_actions(actions), dist.log_prob(actions))

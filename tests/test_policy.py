@@ -60,3 +60,14 @@ def test_masked_actions_are_never_taken_and_every_algorithm_learns_the_masked_ta
     result = evaluate_policy(algo.policy, eval_env, episodes=64, max_steps=16)
     assert algo.env.invalid_taken == 0 and eval_env.invalid_taken == 0
     assert result["eval/return_mean"] > 0.9
+
+
+def test_actor_passes_of_a_few_rows_give_the_actions_of_one_pass() -> None:
+    policy = Policy(Unbounded(shape=(3,)), Categorical(4), model_config={"hiddens": [8]})
+    obs = torch.randn(10, 3)
+    whole = policy.sample_actions(obs, deterministic=True)
+    policy.max_rows_per_pass = 3  # 3 + 3 + 3 + 1 rows
+    parts = policy.sample_actions(obs, deterministic=True)
+    assert torch.equal(whole.actions, parts.actions)
+    assert_close(whole.logp, parts.logp)
+    assert_close(whole.logp, policy.act(obs, deterministic=True).logp)

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Algorithm", "VALUE_PASS_ROWS"]
 
-#: Rows per batched value pass after the T loop, on a CPU: measured fastest per row for
+#: Rows per batched value pass after the T loop (and per actor pass in the loop), on a
+#: CPU: measured fastest per row for
 #: 64- to 256-wide MLPs on this project's CPU (larger passes spill out of cache and run up
 #: to 3x slower per row). CUDA runs one pass of up to 2**20 rows.
 VALUE_PASS_ROWS = 2048
@@ -128,6 +129,8 @@ class Algorithm(ABC):
             normalize_obs=config.normalize_obs,
             device=self.device,
         )
+        if self.device.type == "cpu":
+            self.policy.max_rows_per_pass = VALUE_PASS_ROWS
         if self.world_size > 1:
             rdist.check_same_on_all_ranks(
                 {n: list(p.shape) for n, p in self.policy.named_parameters()}, "the model's parameters"
