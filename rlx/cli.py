@@ -1,9 +1,10 @@
-"""The ``rlx`` command: train, eval, plot, export, envs.
+"""The ``rlx`` command: train, eval, plot, export, bench, check-env, envs.
 
     rlx train CONFIG [--set key=value ...] [--run-dir DIR] [--resume]
     rlx eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--num-envs B]
     rlx plot RUN_DIR [--out FILE.png]
     rlx export RUN_DIR [--out policy.pt]
+    rlx bench [--quick] [--device cuda] [--num-envs 64 1024 ...] [...]
     rlx check-env MODULE:CLASS [--num-envs B] [--steps N]
     rlx envs
 
@@ -138,6 +139,12 @@ def _cmd_check_env(args: argparse.Namespace) -> int:
     return 1 if problems else 0
 
 
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from rlx.bench import run
+
+    return run(args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``rlx`` command."""
     parser = argparse.ArgumentParser(prog="rlx", description="Train and use PPO / NPG policies on batched torch envs.")
@@ -172,6 +179,16 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("path", metavar="RUN_DIR", help="a run directory (newest checkpoint) or a checkpoint file")
     export.add_argument("--out", help="output file (default RUN_DIR/policy.pt)")
     export.set_defaults(func=_cmd_export)
+
+    bench = sub.add_parser(
+        "bench", help="throughput benchmark: collect, update and end-to-end speed over a grid",
+        description="Time collect() and step() over a grid of batch sizes, envs and algorithms "
+        "(medians after warm-up, CUDA synchronised); results go to --out-dir as JSON lines and markdown.",
+    )
+    from rlx.bench import add_arguments
+
+    add_arguments(bench)
+    bench.set_defaults(func=_cmd_bench)
 
     check = sub.add_parser(
         "check-env", help="check an env class against rlx's protocol",

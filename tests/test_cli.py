@@ -200,3 +200,18 @@ def test_sigkill_during_training_leaves_a_loadable_checkpoint_and_resume_continu
 
     iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert iterations == list(range(1, killed_at + 3))
+
+
+def test_bench_runs_a_tiny_grid_and_writes_its_results(tmp_path, capsys) -> None:
+    out = tmp_path / "results"
+    args = ["bench", "--num-envs", "8", "--horizon", "4", "--envs", "CartPole", "--algos", "ppo", "recurrent_ppo",
+            "--iters", "1", "--warmup", "0", "--threads", "1", "--out-dir", str(out), "--tag", "test"]
+    assert main(args) == 0
+    assert "CartPole" in capsys.readouterr().out
+    import json
+
+    rows = [json.loads(line) for line in (out / "throughput_cpu_test.jsonl").read_text().splitlines()]
+    assert [r["algo"] for r in rows] == ["ppo", "recurrent_ppo"]
+    assert all(r["collect_steps_per_s"] > 0 and r["update_samples_per_s"] > 0 for r in rows)
+    table = (out / "throughput_cpu_test.md").read_text()
+    assert "`rlx bench --device cpu --num-envs 8 --horizon 4" in table

@@ -1,0 +1,218 @@
+"""Throughput of rlx's collect() and step() over a grid of batch sizes, envs and algorithms.
+
+    rlx bench [--quick]              (or: python benchmarks/throughput.py ...)
+        [--quick] [--device cpu|cuda] [--num-envs 64 1024 ...]
+        [--horizon 32] [--algos ppo npg recurrent_ppo] [--envs CartPole Pendulum DiscreteDummyEnv]
+        [--hiddens 64 64] [--amp] [--iters 5] [--threads 2]
+
+For each grid point it builds the algorithm, runs warm-up iterations, then times
+``collect()`` and ``step()`` separately (synchronising CUDA before every clock read) over
+``--iters`` iterations and reports medians:
+
+* collect env-steps/s (B·T / collect time);
+* update samples/s (N · epochs / step time; NPG counts one pass);
+* end-to-end env-steps/s (B·T / (collect + step));
+* peak memory: CUDA max allocated, or the process's peak RSS on CPU.
+
+``recurrent_ppo`` is PPO with the default LSTM policy sized like the MLP: an encoder of
+``hiddens[:-1]`` (or ``hiddens[0]`` for one layer) and an LSTM of ``hiddens[-1]`` units,
+trained on sequences of 16 steps (or T when shorter), next to the feedforward rows.
+
+Results are appended as JSON lines to ``benchmarks/results/throughput_<device>.jsonl``
+and written as a markdown table to ``benchmarks/results/throughput_<device>.md`` (``--tag``
+adds a suffix to both names), with the
+torch version, device name, thread count and git commit. ``--quick`` runs a small grid in
+well under a minute on a CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import subprocess
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # imported when the benchmark runs: `rlx --help` stays light
+    import torch
+
+__all__ = ["add_arguments", "bench_one", "main", "run"]
+
+
+def _sync(device: torch.device) -> None:
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    import torch
+
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
+              amp: bool, iters: int, warmup: int, cudagraphs: bool = False) -> dict:
+    import torch
+
+    import rlx.envs
+    from rlx import AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
+
+    env_cls = getattr(rlx.envs, env_name)
+    common = dict(
+        num_envs=num_envs, horizon=horizon, device=device, seed=0, enable_amp=amp,
+        model_config={"hiddens": hiddens, "activation_fn": "tanh"}, gamma=0.99,
+    )
+    if algo_name == "ppo":
+        config = AlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=min(num_envs * horizon, 32768),
+                                 cudagraphs=cudagraphs)
+        epochs = config.num_sgd_iters
+    elif algo_name == "recurrent_ppo":
+        seq_len = min(16, horizon)
+        common["model_config"] = {
+            "hiddens": hiddens[:-1] or hiddens[:1], "hidden_size": hiddens[-1], "activation_fn": "tanh", "cell": "lstm",
+        }
+        minibatch = min(num_envs * horizon, 32768) // seq_len * seq_len
+        config = RecurrentAlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=minibatch, seq_len=seq_len)
+        epochs = config.num_sgd_iters
+    else:
+        config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
+        epochs = 1
+    algo = config.build(env_cls)
+    dev = algo.device
+    if dev.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(dev)
+    collect_s, step_s = [], []
+    for i in range(warmup + iters):
+        _sync(dev)
+        t0 = time.perf_counter()
+        algo.collect()
+        _sync(dev)
+        t1 = time.perf_counter()
+        algo.step()
+        _sync(dev)
+        t2 = time.perf_counter()
+        if i >= warmup:
+            collect_s.append(t1 - t0)
+            step_s.append(t2 - t1)
+    n = num_envs * horizon
+    c, s = statistics.median(collect_s), statistics.median(step_s)
+    return {
+        "env": env_name, "algo": algo_name, "num_envs": num_envs, "horizon": horizon, "hiddens": hiddens, "amp": amp,
+        "cudagraphs": cudagraphs,
+        "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
+        "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
+        "collect_ms": 1e3 * c, "step_ms": 1e3 * s, "peak_memory_mb": _peak_memory_mb(dev),
+    }
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The benchmark's options (shared by ``rlx bench`` and ``benchmarks/throughput.py``)."""
+    parser.add_argument("--quick", action="store_true", help="a small grid (under a minute on a CPU)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N (default cpu)")
+    parser.add_argument("--num-envs", type=int, nargs="+",
+                        help="batch sizes B (default 64 1024 4096 16384, and 65536 on CUDA; 64 1024 with --quick)")
+    parser.add_argument("--horizon", type=int, default=32, help="T, env steps per collect (default 32)")
+    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "npg", "recurrent_ppo"],
+                        help="algorithms (default ppo npg)")
+    parser.add_argument("--envs", nargs="+", default=["CartPole", "Pendulum", "DiscreteDummyEnv"],
+                        help="built-in env names (default CartPole Pendulum DiscreteDummyEnv; --quick: CartPole DiscreteDummyEnv)")
+    parser.add_argument("--hiddens", type=int, nargs="+", default=[64, 64], help="MLP widths (default 64 64)")
+    parser.add_argument("--amp", action="store_true", help="mixed precision (bf16 on CPU, fp16 on CUDA)")
+    parser.add_argument("--cudagraphs", action="store_true", help="PPO: CUDA-graph the minibatch update")
+    parser.add_argument("--iters", type=int, default=5, help="timed iterations per point, after warm-up (default 5)")
+    parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up iterations (default 2)")
+    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("--tag", default="", help="suffix of the results files, e.g. recurrent")
+    parser.add_argument("--out-dir", default="benchmarks/results", help="results directory (default benchmarks/results)")
+
+
+def _command_line(args: argparse.Namespace) -> str:
+    """The ``rlx bench`` command that reruns ``args``."""
+    parts = ["rlx bench", "--device", args.device]
+    parts += ["--quick"] if args.quick else []
+    parts += ["--num-envs", *map(str, args.num_envs)] if args.num_envs else []
+    parts += ["--horizon", str(args.horizon), "--algos", *args.algos, "--envs", *args.envs]
+    parts += ["--hiddens", *map(str, args.hiddens), "--iters", str(args.iters), "--threads", str(args.threads)]
+    parts += ["--amp"] if args.amp else []
+    parts += ["--cudagraphs"] if args.cudagraphs else []
+    parts += ["--tag", args.tag] if args.tag else []
+    return " ".join(parts)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` and run the benchmark."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_arguments(parser)
+    return run(parser.parse_args(argv))
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the grid in ``args`` and write the results; returns 0."""
+    import torch
+
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
+    if args.num_envs:
+        sizes = args.num_envs
+    elif args.quick:
+        sizes = [64, 1024]
+    else:
+        sizes = [64, 1024, 4096, 16384] + ([65536] if device.type == "cuda" else [])
+    envs = ["CartPole", "DiscreteDummyEnv"] if args.quick else args.envs
+    rows = []
+    for env_name in envs:
+        for algo_name in args.algos:
+            for b in sizes:
+                row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
+                                3 if args.quick else args.iters, 1 if args.quick else args.warmup,
+                                args.cudagraphs and algo_name == "ppo")
+                rows.append(row)
+                print(
+                    f"{env_name:16s} {algo_name:4s} B={b:6d}  collect {row['collect_steps_per_s']:12,.0f}/s  "
+                    f"update {row['update_samples_per_s']:12,.0f}/s  end-to-end {row['end_to_end_steps_per_s']:12,.0f}/s  "
+                    f"peak {row['peak_memory_mb']:8.0f} MB",
+                    flush=True,
+                )
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    except OSError:
+        commit = ""
+    commit = commit or "unknown"
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    meta = {"torch": torch.__version__, "device": str(device), "device_name": name, "threads": args.threads,
+            "commit": commit, "date": time.strftime("%Y-%m-%d")}
+    results = Path(args.out_dir)
+    results.mkdir(parents=True, exist_ok=True)
+    tag = ("cuda" if device.type == "cuda" else "cpu") + ("_cudagraphs" if args.cudagraphs else "")
+    tag += f"_{args.tag}" if args.tag else ""
+    with open(results / f"throughput_{tag}.jsonl", "a") as f:
+        for row in rows:
+            f.write(json.dumps({**row, **meta}) + "\n")
+    lines = [
+        f"# rlx throughput on {name} ({meta['device']}), torch {meta['torch']}, {args.threads} threads, commit {commit}",
+        "",
+        f"Command: `{_command_line(args)}`; medians of "
+        f"{3 if args.quick else args.iters} iterations after warm-up, T={args.horizon}, MLP {args.hiddens}.",
+        "",
+        "| env | algo | B | collect steps/s | update samples/s | end-to-end steps/s | peak MB |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in rows:
+        lines.append(
+            f"| {r['env']} | {r['algo']} | {r['num_envs']} | {r['collect_steps_per_s']:,.0f} | "
+            f"{r['update_samples_per_s']:,.0f} | {r['end_to_end_steps_per_s']:,.0f} | {r['peak_memory_mb']:,.0f} |"
+        )
+    (results / f"throughput_{tag}.md").write_text("\n".join(lines) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
