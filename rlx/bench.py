@@ -59,7 +59,7 @@ def _peak_memory_mb(device: torch.device) -> float:
 
 
 def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
-              amp: bool, iters: int, warmup: int, cudagraphs: bool = False) -> dict:
+              amp: bool, iters: int, warmup: int, cudagraphs: bool = False, compile: bool = False) -> dict:
     import torch
 
     import rlx.envs
@@ -72,7 +72,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     )
     if algo_name == "ppo":
         config = AlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=min(num_envs * horizon, 32768),
-                                 cudagraphs=cudagraphs)
+                                 cudagraphs=cudagraphs, compile=compile)
         epochs = config.num_sgd_iters
     elif algo_name == "recurrent_ppo":
         seq_len = min(16, horizon)
@@ -80,7 +80,8 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
             "hiddens": hiddens[:-1] or hiddens[:1], "hidden_size": hiddens[-1], "activation_fn": "tanh", "cell": "lstm",
         }
         minibatch = min(num_envs * horizon, 32768) // seq_len * seq_len
-        config = RecurrentAlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=minibatch, seq_len=seq_len)
+        config = RecurrentAlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=minibatch, seq_len=seq_len,
+                                          compile=compile)
         epochs = config.num_sgd_iters
     else:
         config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
@@ -106,7 +107,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     c, s = statistics.median(collect_s), statistics.median(step_s)
     return {
         "env": env_name, "algo": algo_name, "num_envs": num_envs, "horizon": horizon, "hiddens": hiddens, "amp": amp,
-        "cudagraphs": cudagraphs,
+        "cudagraphs": cudagraphs, "compile": compile,
         "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
         "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
         "collect_ms": 1e3 * c, "step_ms": 1e3 * s, "peak_memory_mb": _peak_memory_mb(dev),
@@ -127,6 +128,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--hiddens", type=int, nargs="+", default=[64, 64], help="MLP widths (default 64 64)")
     parser.add_argument("--amp", action="store_true", help="mixed precision (bf16 on CPU, fp16 on CUDA)")
     parser.add_argument("--cudagraphs", action="store_true", help="PPO: CUDA-graph the minibatch update")
+    parser.add_argument("--compile", action="store_true",
+                        help="PPO: torch.compile acting, values and losses (warm-up iterations include compiling)")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per point, after warm-up (default 5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up iterations (default 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
@@ -143,6 +146,7 @@ def _command_line(args: argparse.Namespace) -> str:
     parts += ["--hiddens", *map(str, args.hiddens), "--iters", str(args.iters), "--threads", str(args.threads)]
     parts += ["--amp"] if args.amp else []
     parts += ["--cudagraphs"] if args.cudagraphs else []
+    parts += ["--compile"] if args.compile else []
     parts += ["--tag", args.tag] if args.tag else []
     return " ".join(parts)
 
@@ -173,7 +177,7 @@ def run(args: argparse.Namespace) -> int:
             for b in sizes:
                 row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
                                 3 if args.quick else args.iters, 1 if args.quick else args.warmup,
-                                args.cudagraphs and algo_name == "ppo")
+                                args.cudagraphs and algo_name == "ppo", args.compile and algo_name != "npg")
                 rows.append(row)
                 print(
                     f"{env_name:16s} {algo_name:4s} B={b:6d}  collect {row['collect_steps_per_s']:12,.0f}/s  "
@@ -192,6 +196,7 @@ def run(args: argparse.Namespace) -> int:
     results = Path(args.out_dir)
     results.mkdir(parents=True, exist_ok=True)
     tag = ("cuda" if device.type == "cuda" else "cpu") + ("_cudagraphs" if args.cudagraphs else "")
+    tag += "_compile" if args.compile else ""
     tag += f"_{args.tag}" if args.tag else ""
     with open(results / f"throughput_{tag}.jsonl", "a") as f:
         for row in rows:

@@ -284,6 +284,11 @@ class AlgorithmConfig(CommonConfig):
     #: whole-buffer passes spill out of cache (1.5-2x slower measured), and no split on
     #: CUDA. 0: never split.
     micro_batch_size: int | None = None
+    #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
+    #: collect and the forward pass and losses of the update. The first collect and step
+    #: pay for compiling (tens of seconds on a CPU); tensor observations only. Sampling
+    #: draws from inductor's RNG, so runs differ from eager ones with the same seed.
+    compile: bool = False
     #: CUDA only: capture the minibatch update (forward, losses, backward, clipping,
     #: a capturable Adam with a tensor LR) in a CUDA graph and replay it, removing the
     #: per-kernel launch cost. Needs equal minibatches (``sgd_minibatch_size`` dividing
@@ -293,7 +298,7 @@ class AlgorithmConfig(CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("accumulate_grads", "shuffle_minibatches", "kl_adaptive_lr", "cudagraphs"):
+        for field in ("accumulate_grads", "shuffle_minibatches", "kl_adaptive_lr", "cudagraphs", "compile"):
             _check_bool(self, field)
         _check_float(self, "entropy_coeff", low=0.0)
         if self.entropy_coeff_schedule is not None:
@@ -322,6 +327,8 @@ class AlgorithmConfig(CommonConfig):
             ):
                 _fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
 
+        if self.cudagraphs and self.compile:
+            _fail(self, "compile", "cannot be combined with cudagraphs (the captured update runs eagerly)")
         if self.cudagraphs:
             if self.enable_amp or self.accumulate_grads:
                 _fail(self, "cudagraphs", "cannot be combined with enable_amp or accumulate_grads")

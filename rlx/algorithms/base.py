@@ -131,6 +131,9 @@ class Algorithm(ABC):
         )
         if self.device.type == "cpu":
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
+        # What collect calls to act and to value observations (PPO may compile them).
+        self._sample_actions = self.policy.sample_actions
+        self._values = self.policy.value
         if self.world_size > 1:
             rdist.check_same_on_all_ranks(
                 {n: list(p.shape) for n, p in self.policy.named_parameters()}, "the model's parameters"
@@ -385,7 +388,7 @@ class Algorithm(ABC):
     def _act(self, t: int, obs: Obs, deterministic: bool) -> Any:
         """Act at step ``t`` on the ``[B, *obs]`` observations of column ``t``."""
         if self._values_after_loop:
-            return self.policy.sample_actions(obs, deterministic=deterministic)
+            return self._sample_actions(obs, deterministic=deterministic)
         return self.policy.act(obs, deterministic=deterministic)
 
     def _value_pass_rows(self) -> int:
@@ -399,7 +402,7 @@ class Algorithm(ABC):
         step = max(1, self._value_pass_rows() // B)
         for lo in range(0, C, step):
             hi = min(lo + step, C)
-            values[:, lo:hi] = self.policy.value(_flatten_time(obs[:, lo:hi])).view(B, hi - lo, 1)
+            values[:, lo:hi] = self._values(_flatten_time(obs[:, lo:hi])).view(B, hi - lo, 1)
         return values
 
     def _bootstrap_values(self, obs: Obs) -> Tensor:

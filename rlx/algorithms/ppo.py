@@ -128,6 +128,14 @@ class PPO(Algorithm):
         self._graph_inputs: dict[str, Tensor] = {}
         self._graph_stats: Tensor | None = None
         self._graph_warmups = 0
+        self._loss_fn = self._losses
+        if config.compile:
+            if not isinstance(self.env.observation_spec.zero(), Tensor):
+                raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
+            # Static shapes: each minibatch and value-pass size compiles once.
+            self._sample_actions = torch.compile(self.policy.sample_actions, dynamic=False)
+            self._values = torch.compile(self.policy.value, dynamic=False)
+            self._loss_fn = torch.compile(self._losses, dynamic=False)
         if config.cudagraphs:
             if self.device.type != "cuda":
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
@@ -274,10 +282,16 @@ class PPO(Algorithm):
 
     def _backward(self, mb: dict[str, Tensor], weight: float) -> Tensor:
         """Forward, PPO losses and backward of ``weight * loss`` (no optimizer step)."""
+        losses = self._loss_fn(mb)
+        self.grad_scaler.scale(losses.total * weight if weight != 1.0 else losses.total).backward()
+        return torch.stack([losses.total.detach(), *losses[1:]])
+
+    def _losses(self, mb: dict[str, Tensor]) -> PPOLosses:
+        """The policy's forward pass on a minibatch and its PPO losses."""
         cfg = self.config
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
             out, rollout = self._evaluate_minibatch(mb)
-        losses = ppo_losses(
+        return ppo_losses(
             out.logp,
             out.entropy,
             out.values.float(),
@@ -291,8 +305,6 @@ class PPO(Algorithm):
             vf_coeff=cfg.vf_coeff,
             entropy_coeff=self.entropy_coeff,
         )
-        self.grad_scaler.scale(losses.total * weight if weight != 1.0 else losses.total).backward()
-        return torch.stack([losses.total.detach(), *losses[1:]])
 
     def _graphed_update(self, mb: dict[str, Tensor], params: list) -> Tensor:
         """:meth:`_update` through a CUDA graph: copy the minibatch into static inputs and
