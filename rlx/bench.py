@@ -80,8 +80,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
             "hiddens": hiddens[:-1] or hiddens[:1], "hidden_size": hiddens[-1], "activation_fn": "tanh", "cell": "lstm",
         }
         minibatch = min(num_envs * horizon, 32768) // seq_len * seq_len
-        config = RecurrentAlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=minibatch, seq_len=seq_len,
-                                          compile=compile)
+        config = RecurrentAlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=minibatch, seq_len=seq_len)
         epochs = config.num_sgd_iters
     else:
         config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
@@ -107,7 +106,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     c, s = statistics.median(collect_s), statistics.median(step_s)
     return {
         "env": env_name, "algo": algo_name, "num_envs": num_envs, "horizon": horizon, "hiddens": hiddens, "amp": amp,
-        "cudagraphs": cudagraphs, "compile": compile,
+        "cudagraphs": cudagraphs, "compile": compile and algo_name == "ppo",
         "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
         "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
         "collect_ms": 1e3 * c, "step_ms": 1e3 * s, "peak_memory_mb": _peak_memory_mb(dev),
@@ -177,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
             for b in sizes:
                 row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
                                 3 if args.quick else args.iters, 1 if args.quick else args.warmup,
-                                args.cudagraphs and algo_name == "ppo", args.compile and algo_name != "npg")
+                                args.cudagraphs and algo_name == "ppo", args.compile and algo_name == "ppo")
                 rows.append(row)
                 print(
                     f"{env_name:16s} {algo_name:4s} B={b:6d}  collect {row['collect_steps_per_s']:12,.0f}/s  "

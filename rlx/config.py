@@ -487,6 +487,8 @@ class RecurrentAlgorithmConfig(AlgorithmConfig):
             )
         if self.cudagraphs:
             _fail(self, "cudagraphs", "is not supported for recurrent policies")
+        if self.compile:
+            _fail(self, "compile", "is not supported for recurrent policies")
 
     @property
     def sequence_length(self) -> int:

@@ -132,10 +132,11 @@ class PPO(Algorithm):
         if config.compile:
             if not isinstance(self.env.observation_spec.zero(), Tensor):
                 raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
-            # Static shapes: each minibatch and value-pass size compiles once.
-            self._sample_actions = torch.compile(self.policy.sample_actions, dynamic=False)
-            self._values = torch.compile(self.policy.value, dynamic=False)
-            self._loss_fn = torch.compile(self._losses, dynamic=False)
+            # A second shape (the last value pass, a last minibatch) recompiles once with
+            # dynamic shapes, which then serve every size.
+            self._sample_actions = torch.compile(self.policy.sample_actions)
+            self._values = torch.compile(self.policy.value)
+            self._loss_fn = torch.compile(self._losses)
         if config.cudagraphs:
             if self.device.type != "cuda":
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")

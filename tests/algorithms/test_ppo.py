@@ -247,3 +247,30 @@ def test_micro_batch_size_defaults_to_a_split_on_cpu_only(scripted_env) -> None:
     assert _config(micro_batch_size=0).build(scripted_env)._micro_units > 10**9
     with pytest.raises(ValueError, match="micro_batch_size"):
         _config(micro_batch_size=-1)
+
+
+def test_compile_is_refused_with_cudagraphs_and_for_dict_observations(masked_choice_env) -> None:
+    with pytest.raises(ValueError, match="AlgorithmConfig.compile: cannot be combined with cudagraphs"):
+        AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile=True, cudagraphs=True)
+    with pytest.raises(ValueError, match="AlgorithmConfig.compile: must be a bool"):
+        AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile="yes")
+    with pytest.raises(ValueError, match="compile: needs tensor observations"):
+        AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile=True).build(masked_choice_env)
+
+
+@pytest.mark.slow
+def test_compiled_ppo_solves_cartpole_like_eager() -> None:
+    import dataclasses
+    import math
+
+    from rlx.envs import CartPole
+    from rlx.examples.cartpole import SOLVED_LENGTH, cartpole_config
+
+    algo = dataclasses.replace(cartpole_config(seed=0, device="cpu"), compile=True).build(CartPole)
+    assert algo._loss_fn is not algo._losses  # the compiled path is the one that runs
+    best = -math.inf
+    while algo.env_steps < 300_000 and best < SOLVED_LENGTH:
+        length = algo.collect()["episodes/length_mean"]
+        algo.step()
+        best = max(best, length) if not math.isnan(length) else best
+    assert best >= SOLVED_LENGTH, f"best mean episode length {best:.1f} after {algo.env_steps} env steps"
