@@ -65,3 +65,12 @@ def test_memory_does_not_grow_across_iterations(algorithm: str) -> None:
         if i in (5, 50):
             rss[i] = _rss_bytes()
     assert rss[50] - rss[5] < 4 * 2**20, f"RSS grew by {(rss[50] - rss[5]) / 2**20:.1f} MiB"
+
+
+@pytest.mark.slow
+def test_ppo_with_bf16_autocast_solves_cartpole_on_cpu() -> None:
+    import dataclasses
+
+    algo = dataclasses.replace(cartpole_config(seed=0, device="cpu"), enable_amp=True).build(CartPole)
+    best = _train_until(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
+    assert best >= SOLVED_LENGTH, f"best mean episode length {best:.1f} after {algo.env_steps} env steps"
