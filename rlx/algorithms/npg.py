@@ -25,7 +25,6 @@ import time
 from typing import TYPE_CHECKING
 
 import torch
-from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 

@@ -29,7 +29,7 @@ from torch import Tensor
 from rlx.algorithms.base import _flatten_time
 from rlx.algorithms.ppo import PPO
 from rlx.buffer import ACTIONS, ADVANTAGES, HIDDEN, LOGP, RESETS, RETURNS, VALUES
-from rlx.env import OBS, TERMINATED, TRUNCATED, EnvOutputError
+from rlx.env import OBS, EnvOutputError
 from rlx.policy import ActOutput, EvalOutput, RecurrentPolicy
 
 if TYPE_CHECKING:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import torch
 from tensordict import TensorDict

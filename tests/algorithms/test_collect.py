@@ -11,7 +11,7 @@ from tensordict import TensorDict
 from torch.testing import assert_close
 from torchrl.data import Categorical, Unbounded
 
-from rlx import AlgorithmConfig, EnvOutputError
+from rlx import AlgorithmConfig
 from rlx.env import Env
 
 
