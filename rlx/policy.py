@@ -25,7 +25,7 @@ from rlx.env import ACTION_MASK
 from rlx.models import MLPActorCritic, RecurrentActorCritic
 from rlx.normalization import RunningMeanStd
 
-__all__ = ["Policy", "RecurrentPolicy", "ActOutput", "ActionSample", "EvalOutput"]
+__all__ = ["Policy", "RecurrentPolicy", "ActOutput", "ActionSample", "EvalOutput", "flatten_time"]
 
 Obs = Tensor | TensorDictBase
 #: Normalized observations are clipped to this many standard deviations.
@@ -179,8 +179,8 @@ class Policy(nn.Module):
     @torch.no_grad()
     def sample_actions(self, obs: Obs, *, deterministic: bool = False) -> ActionSample:
         """Like :meth:`act` without the values: only the actor runs when the model has a
-        ``dist_params`` head (collect then computes the values of the whole rollout in one
-        batched pass)."""
+        ``dist_params`` head (collect then computes the values of the whole rollout in
+        batched passes)."""
         normalized = self.normalize(obs)
         head = self.model.dist_params if self.separate_heads else (lambda x: self.model(x)[0])
         n, rows = normalized.shape[0], self.max_rows_per_pass
@@ -207,8 +207,8 @@ class Policy(nn.Module):
         return values.float()
 
 
-def _merge_time(x: Obs) -> Obs:
-    """``[B, L, ...]`` -> ``[B * L, ...]`` for a tensor or a TensorDict."""
+def flatten_time(x: Obs) -> Obs:
+    """``[B, T, ...]`` -> ``[B * T, ...]`` for a tensor or a TensorDict (copies if strided)."""
     return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
@@ -280,8 +280,8 @@ class RecurrentPolicy(Policy):
             :class:`EvalOutput` with ``[S * L, 1]`` entries, sequence-major.
         """
         params, values, _ = self.sequence_forward(obs, state, resets)
-        dist = self.distribution(_merge_time(params), _merge_time(obs) if self._has_mask else obs)
-        return EvalOutput(dist.log_prob(_merge_time(actions)), dist.entropy(), _merge_time(values), dist)
+        dist = self.distribution(flatten_time(params), flatten_time(obs) if self._has_mask else obs)
+        return EvalOutput(dist.log_prob(flatten_time(actions)), dist.entropy(), flatten_time(values), dist)
 
     def act(self, obs: Obs, *, deterministic: bool = False) -> ActOutput:
         raise TypeError("a RecurrentPolicy acts with act_step(obs, state, resets), which carries its state")

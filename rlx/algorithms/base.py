@@ -34,7 +34,7 @@ from rlx.env import (
 )
 from rlx.gae import generalized_advantage_estimate_
 from rlx.normalization import RewardScaler
-from rlx.policy import Policy
+from rlx.policy import Policy, flatten_time
 from rlx.schedulers import Schedule
 
 if TYPE_CHECKING:
@@ -43,10 +43,10 @@ if TYPE_CHECKING:
 
 __all__ = ["Algorithm", "VALUE_PASS_ROWS"]
 
-#: Rows per batched value pass after the T loop (and per actor pass in the loop), on a
-#: CPU: measured fastest per row for
-#: 64- to 256-wide MLPs on this project's CPU (larger passes spill out of cache and run up
-#: to 3x slower per row). CUDA runs one pass of up to 2**20 rows.
+#: Rows per forward pass on a CPU, for the actor in collect's T loop and the value passes
+#: after it: the fastest per row for 64- to 256-wide MLPs on this project's CPU (larger
+#: passes spill out of cache and cost up to 3x more per row). CUDA runs one pass of up to
+#: 2**20 rows.
 VALUE_PASS_ROWS = 2048
 
 Obs = Tensor | TensorDictBase
@@ -60,11 +60,6 @@ def _float_leaves(x: Obs) -> list[tuple[str, Tensor]]:
         for k, v in x.items(include_nested=True, leaves_only=True)
         if v.is_floating_point()
     ]
-
-
-def _flatten_time(x: Obs) -> Obs:
-    """``[B, T, ...]`` -> ``[B * T, ...]`` for a tensor or a TensorDict (copies if strided)."""
-    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
 
 
 def _to_plain(x: Obs) -> Tensor | dict[str, Any]:
@@ -131,6 +126,9 @@ class Algorithm(ABC):
         )
         if self.device.type == "cpu":
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
+        # With separate heads, collect's T loop runs only the actor and every value is
+        # computed in batched passes after it.
+        self._values_after_loop = self.policy.separate_heads and not self.policy.recurrent
         # What collect calls to act and to value observations (PPO may compile them).
         self._sample_actions = self.policy.sample_actions
         self._values = self.policy.value
@@ -338,7 +336,7 @@ class Algorithm(ABC):
         else:
             self._value_cols[T].copy_(self._bootstrap_values(obs_cols[T]))
         if truncates:
-            # V(final_obs) for the whole rollout in one batched pass; kept only where the
+            # V(final_obs) for the whole rollout in batched passes; kept only where the
             # episode was truncated (the bootstrap of design.md §5).
             final_values = self._final_values(buf.get(FINAL_OBS)[:, :T])  # [B, T, 1]
             buf.get(FINAL_VALUES)[:, :T] = final_values.masked_fill(~buf.get(TRUNCATED)[:, :T], 0.0)
@@ -380,11 +378,6 @@ class Algorithm(ABC):
     def _begin_collect(self, reset_all: bool) -> None:
         """Called after column 0's observations are in place, before the T loop."""
 
-    @property
-    def _values_after_loop(self) -> bool:
-        """Collect samples actions in the T loop and computes every value after it."""
-        return self.policy.separate_heads and not self.policy.recurrent
-
     def _act(self, t: int, obs: Obs, deterministic: bool) -> Any:
         """Act at step ``t`` on the ``[B, *obs]`` observations of column ``t``."""
         if self._values_after_loop:
@@ -392,17 +385,19 @@ class Algorithm(ABC):
         return self.policy.act(obs, deterministic=deterministic)
 
     def _value_pass_rows(self) -> int:
-        return VALUE_PASS_ROWS if self.device.type == "cpu" else 1 << 20
+        """Rows per batched value pass: the policy's ``max_rows_per_pass``, else 2**20."""
+        return self.policy.max_rows_per_pass or 1 << 20
 
     def _batched_values(self, obs: Obs) -> Tensor:
-        """``V`` of ``[B, C, *obs]`` observations, ``[B, C, 1]``, in passes of at most
-        ``VALUE_PASS_ROWS`` rows (one pass over ``B * C`` rows spills out of a CPU's cache)."""
+        """``V`` of ``[B, C, *obs]`` observations, ``[B, C, 1]``, in passes of whole
+        columns of at most :meth:`_value_pass_rows` rows (one pass over ``B * C`` rows
+        spills out of a CPU's cache)."""
         B, C = obs.shape[:2]
         values = torch.empty(B, C, 1, device=self.device)
         step = max(1, self._value_pass_rows() // B)
         for lo in range(0, C, step):
             hi = min(lo + step, C)
-            values[:, lo:hi] = self._values(_flatten_time(obs[:, lo:hi])).view(B, hi - lo, 1)
+            values[:, lo:hi] = self._values(flatten_time(obs[:, lo:hi])).view(B, hi - lo, 1)
         return values
 
     def _bootstrap_values(self, obs: Obs) -> Tensor:
@@ -549,12 +544,12 @@ class Algorithm(ABC):
     def _flat_batch(self) -> dict[str, Obs]:
         """The ``N = B * T`` samples of the rollout as flat ``[N, ...]`` entries."""
         T = self.horizon
-        return {key: _flatten_time(self.buffer.get(key)[:, :T]) for key in (OBS, ACTIONS, LOGP, VALUES, ADVANTAGES, RETURNS)}
+        return {key: flatten_time(self.buffer.get(key)[:, :T]) for key in (OBS, ACTIONS, LOGP, VALUES, ADVANTAGES, RETURNS)}
 
     def _finish_step(self) -> None:
         """Bookkeeping after an update: obs statistics, schedules, flags."""
         T = self.horizon
-        self.policy.update_obs_stats(_flatten_time(self.buffer.get(OBS)[:, 1 : T + 1]))
+        self.policy.update_obs_stats(flatten_time(self.buffer.get(OBS)[:, 1 : T + 1]))
         self._set_lr(self._scheduled_lr())
         self._buffered = False
         self.num_steps += 1

@@ -128,6 +128,7 @@ class PPO(Algorithm):
         self._graph_inputs: dict[str, Tensor] = {}
         self._graph_stats: Tensor | None = None
         self._graph_warmups = 0
+        self._micro_units = self._micro_batch_units()
         self._loss_fn = self._losses
         if config.compile:
             if not isinstance(self.env.observation_spec.zero(), Tensor):
@@ -143,8 +144,7 @@ class PPO(Algorithm):
             if self.world_size > 1:
                 raise ValueError("AlgorithmConfig.cudagraphs: not supported under torch.distributed yet")
 
-    @property
-    def _micro_units(self) -> int:
+    def _micro_batch_units(self) -> int:
         """Units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
         micro = self.config.micro_batch_size
         if micro is None:
@@ -156,7 +156,7 @@ class PPO(Algorithm):
         return 1
 
     # The update shuffles and slices "units": samples here, whole sequences in the
-    # recurrent subclass. These three methods are all that differs between the two.
+    # recurrent subclass. The methods below are all that differs between the two.
 
     def _num_units(self) -> tuple[int, int]:
         """``(units in the rollout, units per minibatch)``: samples, ``(N, M)``."""

@@ -26,11 +26,10 @@ import torch
 from tensordict import TensorDictBase
 from torch import Tensor
 
-from rlx.algorithms.base import _flatten_time
 from rlx.algorithms.ppo import PPO
 from rlx.buffer import ACTIONS, ADVANTAGES, HIDDEN, LOGP, RESETS, RETURNS, VALUES
 from rlx.env import OBS, EnvOutputError
-from rlx.policy import ActOutput, EvalOutput, RecurrentPolicy
+from rlx.policy import ActOutput, EvalOutput, RecurrentPolicy, flatten_time
 
 if TYPE_CHECKING:
     from rlx.config import RecurrentAlgorithmConfig
@@ -146,8 +145,8 @@ class RecurrentPPO(PPO):
         step = max(1, self._value_pass_rows() // B)
         for lo in range(0, T, step):
             hi = min(lo + step, T)
-            states = _flatten_time(hidden[:, lo + 1 : hi + 1])  # [B*(hi-lo), *state]
-            chunk = self.policy.value_step(_flatten_time(final_obs[:, lo:hi]), states, self._no_resets[: B * (hi - lo)])
+            states = flatten_time(hidden[:, lo + 1 : hi + 1])  # [B*(hi-lo), *state]
+            chunk = self.policy.value_step(flatten_time(final_obs[:, lo:hi]), states, self._no_resets[: B * (hi - lo)])
             values[:, lo:hi] = chunk.view(B, hi - lo, 1)
         return values
 
