@@ -1,0 +1,76 @@
+"""Why rlx cuts CPU work into passes of a few thousand rows, and what bounds small batches.
+
+    python benchmarks/cpu_rows.py [--threads 2]
+
+1. ``torch.addmm`` of ``[rows, 256] @ [256, 256]`` in float32 and bfloat16: GFLOP/s per
+   row count. At 64 rows (rl8's B=64 collect) the float32 GEMM already runs near the
+   CPU's peak, so both libraries pay the same matmul time there.
+2. A 256-wide and a 64-wide MLP critic (rl8's and rlx's default sizes) over 131,072 rows
+   in passes of ``rows``: nanoseconds per row. Passes larger than a few thousand rows
+   spill out of cache; rlx's ``VALUE_PASS_ROWS`` and ``micro_batch_size`` defaults
+   (2048) come from this table.
+
+Prints two markdown tables; results are appended to ``benchmarks/results/cpu_rows.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import time
+from pathlib import Path
+
+import torch
+from torch import nn
+
+
+def _per_call_s(fn, calls: int) -> float:
+    for _ in range(3):
+        fn()
+    start = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    return (time.perf_counter() - start) / calls
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    record: dict = {"gemm": [], "mlp": []}
+    print("| rows | fp32 GFLOP/s | bf16 GFLOP/s |\n|---|---|---|")
+    for rows in (64, 256, 1024, 2048, 8192):
+        row = {"rows": rows}
+        for dtype in (torch.float32, torch.bfloat16):
+            a, w, b = (torch.randn(rows, 256, dtype=dtype), torch.randn(256, 256, dtype=dtype),
+                       torch.randn(256, dtype=dtype))
+            seconds = _per_call_s(lambda: torch.addmm(b, a, w), max(20, 200_000 // rows))
+            row[str(dtype).removeprefix("torch.")] = 2 * rows * 256 * 256 / seconds / 1e9
+        record["gemm"].append(row)
+        print(f"| {rows} | {row['float32']:.0f} | {row['bfloat16']:.0f} |")
+    total = 131_072
+    print("\n| MLP width | rows per pass | ns per row |\n|---|---|---|")
+    with torch.no_grad():
+        for width in (256, 64):
+            critic = nn.Sequential(nn.Linear(4, width), nn.ReLU(), nn.Linear(width, width), nn.ReLU(), nn.Linear(width, 1))
+            x = torch.randn(total, 4)
+            for rows in (64, 1024, 2048, 4096, 32768, total):
+                def passes() -> None:
+                    for lo in range(0, total, rows):
+                        critic(x[lo : lo + rows])
+                seconds = min(_per_call_s(passes, 1) for _ in range(3))
+                ns = seconds / total * 1e9
+                record["mlp"].append({"width": width, "rows": rows, "ns_per_row": ns})
+                print(f"| {width} | {rows} | {ns:.0f} |")
+    root = Path(__file__).resolve().parents[1]
+    record["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                                      cwd=root).stdout.strip()
+    record["torch"], record["threads"] = torch.__version__, args.threads
+    with open(root / "benchmarks" / "results" / "cpu_rows.jsonl", "a") as f:
+        f.write(json.dumps(record) + "\n")
+
+
+if __name__ == "__main__":
+    main()
