@@ -83,6 +83,19 @@ def flatten_obs(obs: Tensor | TensorDictBase, observation_spec: TensorSpec) -> T
     return obs.reshape(obs.shape[0], -1).float()
 
 
+def _activation(name: str) -> type[nn.Module]:
+    if name not in ACTIVATIONS:
+        raise ValueError(f"model_config.activation_fn={name!r} is not one of {sorted(ACTIVATIONS)}")
+    return ACTIVATIONS[name]
+
+
+def _widths(hiddens: Sequence[int], *, allow_empty: bool) -> list[int]:
+    widths = list(hiddens)
+    if (not widths and not allow_empty) or any(not isinstance(h, int) or isinstance(h, bool) or h <= 0 for h in widths):
+        raise ValueError(f"model_config.hiddens must be positive ints, got {widths}")
+    return widths
+
+
 def _mlp(sizes: Sequence[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:
     layers: list[nn.Module] = []
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
@@ -124,15 +137,9 @@ class MLPActorCritic(nn.Module):
         log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
-        if activation_fn not in ACTIVATIONS:
-            raise ValueError(
-                f"model_config.activation_fn={activation_fn!r} is not one of {sorted(ACTIVATIONS)}"
-            )
-        hiddens = list(hiddens)
-        if not hiddens or any(not isinstance(h, int) or h <= 0 for h in hiddens):
-            raise ValueError(f"model_config.hiddens must be positive ints, got {hiddens}")
+        activation = _activation(activation_fn)
+        hiddens = _widths(hiddens, allow_empty=False)
         self.observation_spec = observation_spec
-        activation = ACTIVATIONS[activation_fn]
         d = obs_feature_size(observation_spec)
         num_dependent, num_independent = num_params
         self.actor = _mlp([d, *hiddens, num_dependent], activation, out_gain=0.01)
@@ -209,13 +216,10 @@ class RecurrentActorCritic(nn.Module):
         log_std_init: float = 0.0,
     ) -> None:
         super().__init__()
-        if activation_fn not in ACTIVATIONS:
-            raise ValueError(f"model_config.activation_fn={activation_fn!r} is not one of {sorted(ACTIVATIONS)}")
+        activation = _activation(activation_fn)
         if cell not in CELLS:
             raise ValueError(f"model_config.cell={cell!r} is not one of {sorted(CELLS)}")
-        hiddens = list(hiddens)
-        if any(not isinstance(h, int) or isinstance(h, bool) or h <= 0 for h in hiddens):
-            raise ValueError(f"model_config.hiddens must be positive ints, got {hiddens}")
+        hiddens = _widths(hiddens, allow_empty=True)
         for name, value in (("hidden_size", hidden_size), ("num_layers", num_layers)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"model_config.{name} must be a positive int, got {value!r}")
@@ -223,14 +227,9 @@ class RecurrentActorCritic(nn.Module):
         self.cell, self.hidden_size, self.num_layers = cell, hidden_size, num_layers
         cell_cls, self.state_tensors = CELLS[cell]
         d = obs_feature_size(observation_spec)
-        activation = ACTIVATIONS[activation_fn]
-        layers: list[nn.Module] = []
-        for fan_in, fan_out in zip([d, *hiddens[:-1]], hiddens):
-            linear = nn.Linear(fan_in, fan_out)
-            nn.init.orthogonal_(linear.weight, math.sqrt(2.0))
-            nn.init.zeros_(linear.bias)
-            layers += [linear, activation()]
-        self.encoder = nn.Sequential(*layers)
+        # Linear + activation per hidden width (none: the core reads the flat observation).
+        encoder = list(_mlp([d, *hiddens], activation, out_gain=math.sqrt(2.0))) if hiddens else []
+        self.encoder = nn.Sequential(*encoder, *([activation()] if hiddens else []))
         sizes = [hiddens[-1] if hiddens else d] + [hidden_size] * num_layers
         self.cells = nn.ModuleList(cell_cls(fan_in, hidden_size) for fan_in in sizes[:-1])
         for core in self.cells:

@@ -332,7 +332,7 @@ class Algorithm(ABC):
         if self._values_after_loop:
             # V of every column, the bootstrap column T included, in batched passes: with
             # separate heads the T loop ran only the actor.
-            buf.get(VALUES).copy_(self._batched_values(buf.get(OBS)))
+            buf.get(VALUES).copy_(self._batched_values(self._values, buf.get(OBS)))
         else:
             self._value_cols[T].copy_(self._bootstrap_values(obs_cols[T]))
         if truncates:
@@ -388,16 +388,17 @@ class Algorithm(ABC):
         """Rows per batched value pass: the policy's ``max_rows_per_pass``, else 2**20."""
         return self.policy.max_rows_per_pass or 1 << 20
 
-    def _batched_values(self, obs: Obs) -> Tensor:
-        """``V`` of ``[B, C, *obs]`` observations, ``[B, C, 1]``, in passes of whole
+    def _batched_values(self, value_fn: Any, *columns: Obs) -> Tensor:
+        """``value_fn`` over ``[B, C, ...]`` inputs, giving ``[B, C, 1]``, in passes of whole
         columns of at most :meth:`_value_pass_rows` rows (one pass over ``B * C`` rows
-        spills out of a CPU's cache)."""
-        B, C = obs.shape[:2]
+        spills out of a CPU's cache). ``value_fn`` takes the inputs flattened to
+        ``[B * c, ...]`` and returns ``[B * c, 1]``."""
+        B, C = columns[0].shape[:2]
         values = torch.empty(B, C, 1, device=self.device)
         step = max(1, self._value_pass_rows() // B)
         for lo in range(0, C, step):
             hi = min(lo + step, C)
-            values[:, lo:hi] = self._values(flatten_time(obs[:, lo:hi])).view(B, hi - lo, 1)
+            values[:, lo:hi] = value_fn(*(flatten_time(x[:, lo:hi]) for x in columns)).view(B, hi - lo, 1)
         return values
 
     def _bootstrap_values(self, obs: Obs) -> Tensor:
@@ -406,7 +407,7 @@ class Algorithm(ABC):
 
     def _final_values(self, final_obs: Obs) -> Tensor:
         """``V(final_obs)`` for every step of the rollout: ``[B, T, *obs]`` -> ``[B, T, 1]``."""
-        return self._batched_values(final_obs)
+        return self._batched_values(self._values, final_obs)
 
     def _collect_stats_tensor(self, rewards: Tensor, dones: Tensor, reset_all: bool) -> Tensor:
         """Reduce the collect statistics on the device into one float64 vector.

@@ -137,18 +137,12 @@ class RecurrentPPO(PPO):
     def _final_values(self, final_obs: Obs) -> Tensor:
         # The episode that ended at step t would have continued from the state after
         # step t, before any reset: column t + 1 of ``hidden``.
-        # Passes of a few thousand rows on a CPU: one [B*T] pass through the cell was twice
-        # as slow (its gates do not fit in cache) as the same work in chunks.
-        B, T = self.num_envs, self.horizon
-        hidden = self.buffer.get(HIDDEN)
-        values = torch.empty(B, T, 1, device=self.device)
-        step = max(1, self._value_pass_rows() // B)
-        for lo in range(0, T, step):
-            hi = min(lo + step, T)
-            states = flatten_time(hidden[:, lo + 1 : hi + 1])  # [B*(hi-lo), *state]
-            chunk = self.policy.value_step(flatten_time(final_obs[:, lo:hi]), states, self._no_resets[: B * (hi - lo)])
-            values[:, lo:hi] = chunk.view(B, hi - lo, 1)
-        return values
+        T = self.horizon
+
+        def values(obs: Obs, states: Tensor) -> Tensor:
+            return self.policy.value_step(obs, states, self._no_resets[: states.shape[0]])
+
+        return self._batched_values(values, final_obs, self.buffer.get(HIDDEN)[:, 1 : T + 1])
 
     # -- the update on sequences ----------------------------------------------------------
 
