@@ -8,9 +8,10 @@ unchanged, with the same settings: 256x256 separate ReLU actor and critic MLPs, 
 minibatch = the whole buffer, 4 epochs, rl8's env reset every collect
 (``horizons_per_env_reset=1``), reward normalization on. For each B it alternates rl8 and
 rlx iterations and reports medians of collect, step and end-to-end env steps/s, and the
-rlx / rl8 ratio of each (above 1: rlx is faster). ``--compile`` runs rlx with
-``compile=True`` (rl8 has no such switch). Appends to
-``benchmarks/results/compare_rl8.jsonl``.
+rlx / rl8 ratio of each (above 1: rlx is faster). rlx's switches, which rl8 lacks, are
+off unless asked for: ``--compile`` (``compile=True``) and ``--amp`` (``enable_amp=True``:
+bf16 autocast in the update on a CPU, fp16 on CUDA; rl8 stays float32). Every row
+records them. Appends to ``benchmarks/results/compare_rl8.jsonl``.
 """
 
 from __future__ import annotations
@@ -45,6 +46,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--compile", action="store_true",
                         help="rlx side only: AlgorithmConfig(compile=True); the untimed first iteration compiles")
+    parser.add_argument("--amp", action="store_true",
+                        help="rlx side only: AlgorithmConfig(enable_amp=True), mixed-precision updates")
     args = parser.parse_args()
     try:
         import rl8
@@ -61,6 +64,7 @@ def main() -> None:
             ours = rlx.AlgorithmConfig(
                 num_envs=B, horizon=T, device=args.device, seed=0, horizons_per_env_reset=1,
                 model_config={"hiddens": [256, 256], "activation_fn": "relu"}, compile=args.compile,
+                enable_amp=args.amp,
             ).build(env_cls)
             times = {k: [] for k in ("rl8_collect", "rl8_step", "rlx_collect", "rlx_step")}
             for i in range(args.repeats + 1):
@@ -93,7 +97,7 @@ def main() -> None:
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
     with open(root / "benchmarks" / "results" / "compare_rl8.jsonl", "a") as f:
         for row in rows:
-            f.write(json.dumps({**row, "compile": args.compile, "device": args.device, "threads": args.threads, "torch": torch.__version__,
+            f.write(json.dumps({**row, "compile": args.compile, "amp": args.amp, "device": args.device, "threads": args.threads, "torch": torch.__version__,
                                 "rl8": getattr(rl8, "__version__", "1.0.0"), "commit": commit}) + "\n")
 
 

