@@ -12,7 +12,8 @@ For each grid point it builds the algorithm, runs warm-up iterations, then times
 * collect env-steps/s (B·T / collect time);
 * update samples/s (N · epochs / step time; NPG counts one pass);
 * end-to-end env-steps/s (B·T / (collect + step));
-* peak memory: CUDA max allocated, or the process's peak RSS on CPU.
+* peak memory over the grid point (build included): CUDA max allocated, or on CPU the
+  process's peak RSS, reset before each point on Linux (elsewhere it is process-wide).
 
 ``recurrent_ppo`` is PPO with the default LSTM policy sized like the MLP: an encoder of
 ``hiddens[:-1]`` (or ``hiddens[0]`` for one layer) and an LSTM of ``hiddens[-1]`` units,
@@ -28,11 +29,13 @@ well under a minute on a CPU.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import platform
 import resource
 import statistics
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,12 +53,34 @@ def _sync(device: torch.device) -> None:
         torch.cuda.synchronize(device)
 
 
+def _reset_peak_memory(device: torch.device) -> None:
+    """Start a grid point's peak-memory window: CUDA's peak allocated, or on Linux the
+    process's peak RSS (``VmHWM``, reset through ``/proc/self/clear_refs``), so each row
+    reports its own peak rather than the largest of every row before it."""
+    import torch
+
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+        return
+    gc.collect()  # the previous grid point's buffers go before the window opens
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+    except OSError:  # not Linux: the peak stays process-wide (see _peak_memory_mb)
+        pass
+
+
 def _peak_memory_mb(device: torch.device) -> float:
     import torch
 
     if device.type == "cuda":
         return torch.cuda.max_memory_allocated(device) / 2**20
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmHWM:")) / 1024  # kB
+    except (OSError, StopIteration):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
 
 
 def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
@@ -64,6 +89,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
 
     import rlx.envs
     from rlx import AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
+    from rlx.config import resolve_device
 
     env_cls = getattr(rlx.envs, env_name)
     common = dict(
@@ -85,10 +111,9 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     else:
         config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
         epochs = 1
+    _reset_peak_memory(resolve_device(device))
     algo = config.build(env_cls)
     dev = algo.device
-    if dev.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(dev)
     collect_s, step_s = [], []
     for i in range(warmup + iters):
         _sync(dev)

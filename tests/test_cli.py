@@ -215,3 +215,14 @@ def test_bench_runs_a_tiny_grid_and_writes_its_results(tmp_path, capsys) -> None
     assert all(r["collect_steps_per_s"] > 0 and r["update_samples_per_s"] > 0 for r in rows)
     table = (out / "throughput_cpu_test.md").read_text()
     assert "`rlx bench --device cpu --num-envs 8 --horizon 4" in table
+
+
+@pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="per-point peak RSS needs Linux's clear_refs")
+def test_bench_reports_each_grid_points_own_peak_rss() -> None:
+    from rlx.bench import _peak_memory_mb, bench_one
+
+    blob = torch.ones(512 * 2**20 // 4)  # 512 MiB, touched: the process peak now includes it
+    peak_with_blob = _peak_memory_mb(torch.device("cpu"))
+    del blob
+    row = bench_one("CartPole", "ppo", 8, 4, "cpu", [8], False, iters=1, warmup=0)
+    assert row["peak_memory_mb"] < peak_with_blob - 256, (row["peak_memory_mb"], peak_with_blob)
