@@ -29,6 +29,7 @@ well under a minute on a CPU.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import gc
 import json
 import platform
@@ -62,7 +63,11 @@ def _reset_peak_memory(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
         return
-    gc.collect()  # the previous grid point's buffers go before the window opens
+    gc.collect()  # the previous grid point's buffers go before the window opens,
+    try:  # and glibc returns its freed heap to the OS (else it stays in the RSS)
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
     try:
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")
