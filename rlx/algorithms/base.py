@@ -176,7 +176,7 @@ class Algorithm(ABC):
         # found-inf flag on the device, so an AMP step never syncs.
         if (
             self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
-            and not {"fused", "foreach", "capturable"} & kwargs.keys()
+            and not {"fused", "foreach", "capturable", "differentiable"} & kwargs.keys()
         ):
             kwargs["fused"] = True
         return kwargs

@@ -274,3 +274,14 @@ def test_compiled_ppo_solves_cartpole_like_eager() -> None:
         algo.step()
         best = max(best, length) if not math.isnan(length) else best
     assert best >= SOLVED_LENGTH, f"best mean episode length {best:.1f} after {algo.env_steps} env steps"
+
+
+def test_adam_is_fused_by_default_and_explicit_kernel_choices_are_honoured(scripted_env) -> None:
+    def defaults(algo) -> dict:
+        return algo.optimizer.defaults
+
+    assert defaults(_config().build(scripted_env))["fused"] is True
+    assert defaults(_config(optimizer_cls=torch.optim.AdamW).build(scripted_env))["fused"] is True
+    chosen = defaults(_config(optimizer_config={"lr": 1e-3, "foreach": True}).build(scripted_env))
+    assert chosen["foreach"] is True and not chosen["fused"]
+    assert not defaults(_config(optimizer_cls=torch.optim.SGD).build(scripted_env)).get("fused")  # Adam only
