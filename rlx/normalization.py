@@ -275,8 +275,15 @@ class RewardScaler(nn.Module):
         self.returns.zero_()
 
     def scale(self) -> Tensor:
-        """The 0-d float32 tensor ``sqrt(stats.var + epsilon)``; about 1 before any update."""
-        return torch.sqrt(self.stats.var + self.epsilon).to(torch.float32)
+        """The 0-d float32 tensor ``sqrt(stats.var + epsilon)``; 1 before any update.
+
+        While the recorded returns have no spread (variance at most ``epsilon``: every
+        return so far was the same, as in a first rollout of T=1 with a constant reward,
+        or with ``gamma=0`` and a constant reward), the scale is 1: dividing by
+        ``sqrt(epsilon)`` would multiply the rewards by 10^4.
+        """
+        var = self.stats.var
+        return torch.where(var > self.epsilon, torch.sqrt(var + self.epsilon), 1.0).to(torch.float32)
 
     def scale_rewards(self, rewards: Tensor, out: Tensor | None = None) -> Tensor:
         """Rewards divided by :meth:`scale`.

@@ -192,8 +192,34 @@ def test_reward_scaler_matches_float64_reference(
     assert scaler.stats.count.item() == 4 * B * T
     expected_var = torch.tensor(reference.var(), dtype=torch.float64)
     torch.testing.assert_close(scaler.stats.var, expected_var, rtol=1e-5, atol=1e-6)
-    expected_scale = torch.sqrt(expected_var + 1e-8).float()
+    expected_scale = torch.sqrt(expected_var + 1e-8).float() if expected_var > 1e-8 else torch.tensor(1.0)
     torch.testing.assert_close(scaler.scale(), expected_scale, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize(
+    ("B", "T", "gamma", "reward"),
+    [
+        (8, 1, 0.99, 1.0),  # a first rollout of T=1: every env recorded the same return
+        (1, 1, 0.99, 1.0),  # B=T=1: one recorded return
+        (4, 5, 0.0, 2.0),  # gamma=0 and a constant reward: never any spread
+        (4, 5, 0.99, 0.0),  # a sparse reward before the first success
+    ],
+)
+def test_reward_scale_is_one_while_the_returns_have_no_spread(B: int, T: int, gamma: float, reward: float) -> None:
+    scaler = RewardScaler(B, gamma)
+    rewards = torch.full((B, T, 1), reward)
+    dones = torch.zeros(B, T, 1, dtype=torch.bool)
+    for _ in range(3 if gamma == 0.0 or reward == 0.0 else 1):
+        scaler.update(rewards, dones)
+        assert scaler.stats.var.item() <= 1e-8
+        # Dividing by sqrt(var + epsilon) would have multiplied the rewards by 10^4.
+        torch.testing.assert_close(scaler.scale(), torch.tensor(1.0), rtol=0, atol=0)
+        torch.testing.assert_close(scaler.scale_rewards(rewards), rewards, rtol=0, atol=0)
+    # The first spread switches normalization on, at sqrt(var + epsilon) as before.
+    scaler.update(rewards + torch.linspace(0.0, 1.0, B * T).view(B, T, 1), dones)
+    var = scaler.stats.var
+    assert var.item() > 1e-8
+    torch.testing.assert_close(scaler.scale(), torch.sqrt(var + 1e-8).float(), rtol=0, atol=0)
 
 
 def test_reward_scale_is_one_before_any_update() -> None:
