@@ -39,9 +39,20 @@ def _lines(run_dir) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.parametrize("config_cls", [AlgorithmConfig, NPGConfig])
-def test_resumed_run_equals_the_uninterrupted_run(tmp_path, config_cls) -> None:
-    extra = {"normalize_obs": True} if config_cls is AlgorithmConfig else {"line_search": True}
+@pytest.mark.parametrize(
+    ("config_cls", "extra"),
+    [
+        (AlgorithmConfig, {"normalize_obs": True}),
+        # State that lives outside the optimizer and the modules: the entropy schedule's
+        # value, the KL-adapted LR (host mirror), and an LR schedule.
+        (AlgorithmConfig, {"entropy_coeff_schedule": [(0, 0.05), (256, 0.02), (512, 0.0)],
+                           "kl_adaptive_lr": True, "target_kl_div": 1e-4}),
+        (AlgorithmConfig, {"lr_schedule": [(0, 1e-3), (640, 1e-5)], "lr_schedule_kind": "interp"}),
+        (NPGConfig, {"line_search": True}),
+    ],
+    ids=["ppo", "ppo-entropy-schedule-kl-adaptive-lr", "ppo-lr-schedule", "npg"],
+)
+def test_resumed_run_equals_the_uninterrupted_run(tmp_path, config_cls, extra) -> None:
     full = Trainer(
         config_cls(**SMALL, **extra).build(CartPole),
         TrainerConfig(max_iterations=6, checkpoint_every=3, eval_every=2, eval_num_envs=4, eval_episodes=4, progress=False),

@@ -620,6 +620,9 @@ class Algorithm(ABC):
         """Restore :meth:`state_dict`'s output into this (freshly built) algorithm."""
         self.policy.load_state_dict(state["policy"])
         self.optimizer.load_state_dict(state["optimizer"])
+        # The host mirror of the LR follows the restored optimizer: a schedule or the
+        # KL-adaptive rule moved it away from the initial LR (a tensor LR: one sync, at load).
+        self._lr_value = float(self.optimizer.param_groups[0]["lr"])
         self.grad_scaler.load_state_dict(state["grad_scaler"])
         counters = state["counters"]
         self.env_steps = counters["env_steps"]

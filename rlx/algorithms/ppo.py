@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from tensordict import TensorDictBase
@@ -332,6 +332,12 @@ class PPO(Algorithm):
             self._graph_stats = self._update(self._graph_inputs, params)
         self._graph.replay()  # capture records kernels without running them
         return self._graph_stats.clone()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        # The entropy coefficient is a function of the restored env-step count.
+        self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
+        self.entropy_coeff.fill_(self._entropy_coeff_value)
 
     def _adapt_lr(self, kl: float) -> None:
         target = self.config.target_kl_div
