@@ -96,6 +96,39 @@ def test_inf_observations_raise_at_the_first_collect_with_their_location() -> No
         algo.collect()
 
 
+class NaNFinalObsEnv(ConfigurableEnv):
+    """Truncates env 1 at step 2 with a NaN in its final observation; every other step's
+    final observation is NaN too, where nothing truncates and nothing is valued."""
+
+    truncate_with_nan: ClassVar[bool] = True
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        out = super().step(actions)
+        B = self.num_envs
+        truncated = torch.zeros(B, 1, dtype=torch.bool)
+        final_obs = torch.full((B, 3), float("nan"))
+        if self.t == 3:
+            truncated[1] = True
+            final_obs[1] = torch.tensor([0.0, float("nan") if self.truncate_with_nan else 0.0, 0.0])
+        out["truncated"], out["final_obs"] = truncated, final_obs
+        return out
+
+
+def test_nan_final_obs_of_a_truncated_step_raises_with_its_location() -> None:
+    # V(final_obs) bootstraps the truncated episode: a NaN there would reach the
+    # advantages silently.
+    algo = _build(NaNFinalObsEnv)
+    with pytest.raises(ValueError, match=r"non-finite value nan in 'final_obs'.*env 1, step 2"):
+        algo.collect()
+
+
+def test_nan_final_obs_of_steps_that_do_not_truncate_is_ignored() -> None:
+    algo = _build(type("CleanTruncation", (NaNFinalObsEnv,), {"truncate_with_nan": False}))
+    algo.collect()
+    algo.step()
+    assert all(torch.isfinite(p).all() for p in algo.policy.parameters())
+
+
 class LimitedEnv(ConfigurableEnv):
     max_num_envs: ClassVar[int] = 4
     max_horizon: ClassVar[int] = 5

@@ -444,6 +444,8 @@ class Algorithm(ABC):
         obs_finite = torch.ones((), dtype=torch.bool, device=self.device)
         for _, leaf in _float_leaves(self.buffer.get(OBS)):
             obs_finite = obs_finite & torch.isfinite(leaf).all()
+        for _, leaf in self._truncated_final_obs_leaves():
+            obs_finite = obs_finite & torch.isfinite(leaf).all()
         return torch.stack(
             [
                 horizon_returns.min(),
@@ -477,17 +479,34 @@ class Algorithm(ABC):
             sums[0], sums[1], sums[2], -highs[4], -highs[5],
         ])
 
+    def _truncated_final_obs_leaves(self) -> list[tuple[str, Tensor]]:
+        """``final_obs``'s float leaves ``[B, T, ...]``, zeroed where the step did not
+        truncate: only truncated steps' final observations are valued (the bootstrap)."""
+        if not self._env_truncates:
+            return []
+        B, T = self.num_envs, self.horizon
+        truncated = self.buffer.get(TRUNCATED)[:, :T]  # [B, T, 1]
+        leaves = []
+        for name, leaf in _float_leaves(self.buffer.get(FINAL_OBS)[:, :T]):
+            mask = truncated.view(B, T, *([1] * (leaf.dim() - 2)))
+            leaves.append((FINAL_OBS + name[len(OBS) :], leaf.masked_fill(~mask, 0.0)))
+        return leaves
+
     def _raise_nonfinite(self) -> None:
         """Name the first non-finite reward or observation (an error path: syncs freely)."""
         T = self.horizon
         checks = [(REWARDS, self.buffer.get(REWARDS)[:, :T])]
         checks += [(name, leaf) for name, leaf in _float_leaves(self.buffer.get(OBS))]
+        checks += self._truncated_final_obs_leaves()
         for name, x in checks:
             bad = ~torch.isfinite(x)
             if bad.any():
                 env_idx, step_idx = (int(i) for i in bad.nonzero()[0][:2])
                 value = x[env_idx, step_idx].flatten()[bad[env_idx, step_idx].flatten()][0].item()
-                where = "reset observation" if name != REWARDS and step_idx == 0 else f"step {step_idx - (name != REWARDS)}"
+                if name.startswith(OBS):  # column t holds the observation after step t-1
+                    where = "reset observation" if step_idx == 0 else f"step {step_idx - 1}"
+                else:
+                    where = f"step {step_idx}"
                 raise ValueError(
                     f"non-finite value {value} in '{name}' from {type(self.env).__name__} "
                     f"at env {env_idx}, {where} of this collect"
