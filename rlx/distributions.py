@@ -291,10 +291,11 @@ class Normal(Distribution):
 
     def fisher_product(self, u: Tensor) -> Tensor:
         # Fisher of (mean, log_std): 1/σ² for the mean and 2 for the log-std, which
-        # has no effect where the clamp holds it at a bound.
+        # has no effect where the clamp holds it beyond a bound. On a bound itself
+        # clamp's gradient passes (as autograd's Fisher does), so the bounds count inside.
         u_mean, u_log_std = u.chunk(2, dim=-1)
         raw_log_std = self.params.chunk(2, dim=-1)[1]
-        inside = (raw_log_std > LOG_STD_MIN) & (raw_log_std < LOG_STD_MAX)
+        inside = (raw_log_std >= LOG_STD_MIN) & (raw_log_std <= LOG_STD_MAX)
         return torch.cat([u_mean / self.std.square(), 2.0 * u_log_std * inside], dim=-1)
 
     def env_actions(self, actions: Tensor) -> Tensor:

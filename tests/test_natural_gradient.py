@@ -211,3 +211,18 @@ def test_natural_step_is_invariant_to_a_linear_reparameterisation() -> None:
         v1 = step(params_v, v0.reshape(-1), natural).view(a_dim, d)
         close = torch.allclose(w1, v1 @ reparam, atol=1e-8, rtol=1e-8)
         assert close == same, f"natural={natural}"
+
+
+def test_normal_fisher_matches_the_kl_hessian_on_and_beyond_the_log_std_clamp() -> None:
+    # Raw log-stds on each clamp bound, beyond each, and inside. On a bound clamp's
+    # gradient passes, so the Fisher keeps its log-std entry 2; beyond it, it is 0.
+    from rlx.distributions import LOG_STD_MAX, LOG_STD_MIN
+
+    spec = Bounded(-1.0, 1.0, shape=(1,))
+    raw = [LOG_STD_MAX, LOG_STD_MIN, LOG_STD_MAX + 1.0, LOG_STD_MIN - 1.0, 0.3]
+    for log_std in raw:
+        params = torch.tensor([[0.2, log_std]], dtype=torch.float64)
+        old = Normal(params, spec)
+        hessian = torch.autograd.functional.hessian(lambda p: old.kl(Normal(p.view(1, 2), spec)).sum(), params.view(2))
+        analytic = torch.stack([old.fisher_product(e.view(1, 2)).view(2) for e in torch.eye(2, dtype=torch.float64)], 1)
+        assert_close(analytic, hessian, rtol=1e-12, atol=0, msg=f"raw log_std {log_std}")
