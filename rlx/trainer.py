@@ -25,6 +25,7 @@ import math
 import os
 import sys
 import time
+import warnings
 from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -350,11 +351,46 @@ def save_checkpoint_atomic(payload: dict[str, Any], path: str | Path) -> Path:
 
 
 def load_checkpoint(path: str | Path) -> dict[str, Any]:
-    """Load a checkpoint safely (``weights_only=True``: tensors and plain data only)."""
+    """Load a checkpoint safely (``weights_only=True``: tensors and plain data only).
+
+    Raises:
+        FileNotFoundError: no file at ``path``.
+        ValueError: the file is empty, truncated or not a torch file (names it).
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"no checkpoint at {path}")
-    return torch.load(path, map_location="cpu", weights_only=True)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # torch raises OSError, EOFError, RuntimeError, pickle errors...
+        raise ValueError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e})") from e
+    return state
+
+
+def _load_resumable(path: Path | str) -> dict[str, Any]:
+    state = load_checkpoint(path)
+    if not isinstance(state, dict) or not {"algorithm", "trainer"} <= state.keys():
+        raise ValueError(f"checkpoint {path} is not a Trainer checkpoint (no 'algorithm' and 'trainer' entries)")
+    return state
+
+
+#: Config fields a resumed run must share with its checkpoint: they fix the shapes of the
+#: saved tensors (policy, optimizer, normalizers, per-env state) or what they mean.
+RESUME_MUST_MATCH = ("env", "env_kwargs", "algorithm", "config.num_envs", "config.model_config", "config.normalize_obs")
+
+
+def _config_differences(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
+    """``{"config.field": (saved, current)}`` for the env, algorithm and algorithm fields
+    that differ (the trainer section may change freely on resume)."""
+    out: dict[str, tuple[Any, Any]] = {}
+    for key in ("env", "env_kwargs", "algorithm"):
+        if saved.get(key) != current.get(key):
+            out[key] = (saved.get(key), current.get(key))
+    saved_cfg, current_cfg = saved.get("config") or {}, current.get("config") or {}
+    for key in sorted(saved_cfg.keys() | current_cfg.keys()):
+        if saved_cfg.get(key) != current_cfg.get(key):
+            out[f"config.{key}"] = (saved_cfg.get(key), current_cfg.get(key))
+    return out
 
 
 def latest_checkpoint(run_dir: str | Path) -> Path | None:
@@ -569,16 +605,19 @@ class Trainer:
     # -- checkpoints ---------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """The trainer's own state: iteration, training time and stop-condition state."""
+        """The trainer's own state: iteration, training time, stop-condition state and the
+        last iteration's metrics."""
         return {
             "iteration": self.iteration,
             "wall_s": self.wall_s,
             "stop_conditions": [c.state_dict() for c in self.stop_conditions],
+            "last_metrics": dict(self.last_metrics),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.iteration = state["iteration"]
         self.wall_s = state["wall_s"]
+        self.last_metrics = dict(state.get("last_metrics", {}))
         for condition, s in zip(self.stop_conditions, state["stop_conditions"]):
             condition.load_state_dict(s)
 
@@ -599,21 +638,49 @@ class Trainer:
         return path
 
     def resume(self, checkpoint: str | Path | None = None) -> Path:
-        """Load a checkpoint (default: the newest in ``run_dir``) and continue from it.
+        """Load a checkpoint (default: the newest readable one in ``run_dir``) and
+        continue from it.
 
-        Metrics lines written after that checkpoint (by a run that crashed later) are
-        dropped, so ``metrics.jsonl`` stays one line per iteration.
+        Without ``checkpoint``, an unreadable newest file (a damaged disk, a bad copy)
+        is skipped with a warning for the one before it. The checkpoint's env, algorithm
+        and the fields in :data:`RESUME_MUST_MATCH` must equal this run's; other changed
+        algorithm fields (say a new ``lr``) are allowed with a warning, since the run
+        then continues but not as the uninterrupted one would. Metrics lines written
+        after the checkpoint (by a run that crashed later) are dropped, so
+        ``metrics.jsonl`` stays one line per iteration.
 
         Raises:
             FileNotFoundError: no checkpoint to resume from.
+            ValueError: no readable checkpoint, or one from an incompatible config
+                (naming each field, its saved and its current value).
         """
         if checkpoint is None:
-            if self.run_dir is None or (checkpoint := latest_checkpoint(self.run_dir)) is None:
+            if self.run_dir is None:
+                raise FileNotFoundError("Trainer.resume: no checkpoint given and no run_dir to look in")
+            candidates = sorted(Path(self.run_dir, "checkpoints").glob("ckpt_*.pt"), reverse=True)
+            if not candidates:
                 raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir}/checkpoints")
-        state = load_checkpoint(checkpoint)
+            errors = []
+            for candidate in candidates:
+                try:
+                    state = _load_resumable(candidate)
+                except ValueError as e:
+                    errors.append(str(e))
+                    warnings.warn(f"{e}; trying the checkpoint before it", stacklevel=2)
+                    continue
+                checkpoint = candidate
+                break
+            else:
+                raise ValueError(f"no readable checkpoint in {self.run_dir}/checkpoints: {'; '.join(errors)}")
+        else:
+            state = _load_resumable(checkpoint)
+        self._check_resume_config(state, checkpoint)
         self.algorithm.load_state_dict(state["algorithm"])
         self.load_state_dict(state["trainer"])
         if self.run_dir is not None and self.is_writer:
+            # Temp files of checkpoint writes that a killed process never renamed.
+            for stale in Path(self.run_dir, "checkpoints").glob(".ckpt_*.pt.tmp-*"):
+                stale.unlink(missing_ok=True)
             metrics = self.run_dir / "metrics.jsonl"
             if metrics.exists():
                 kept = [
@@ -621,8 +688,27 @@ class Trainer:
                     for line in metrics.read_text().splitlines()
                     if line.strip() and json.loads(line).get("iteration", 0) <= self.iteration
                 ]
-                metrics.write_text("".join(line + "\n" for line in kept))
+                tmp = metrics.with_name(f".{metrics.name}.tmp-{os.getpid()}")
+                tmp.write_text("".join(line + "\n" for line in kept))
+                os.replace(tmp, metrics)  # a crash here leaves the old file whole
         return Path(checkpoint)
+
+    def _check_resume_config(self, state: dict[str, Any], checkpoint: str | Path) -> None:
+        saved = state.get("config")
+        if not isinstance(saved, dict):
+            return
+        differences = _config_differences(saved, self.resolved_config())
+        fatal = {k: v for k, v in differences.items() if k in RESUME_MUST_MATCH}
+        if fatal:
+            listed = ", ".join(f"{k}: saved {a!r}, now {b!r}" for k, (a, b) in fatal.items())
+            raise ValueError(f"cannot resume from {checkpoint}: the run's config changed ({listed})")
+        if differences:
+            listed = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in differences.items())
+            warnings.warn(
+                f"resuming from {checkpoint} with changed settings ({listed}): training continues, "
+                "but not as the uninterrupted run would have",
+                stacklevel=3,
+            )
 
     # -- evaluation ------------------------------------------------------------------------
 
@@ -650,7 +736,9 @@ class Trainer:
             except ImportError:
                 self._writer = None
             else:
-                self._writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.iteration + 1)
+                # Scalars are logged at env steps: a resumed run drops what a crashed run
+                # logged after its checkpoint, and keeps everything before.
+                self._writer = SummaryWriter(str(self.run_dir / "tensorboard"), purge_step=self.algorithm.env_steps + 1)
 
     def _log(self, metrics: dict[str, float]) -> None:
         if not self.is_writer:
@@ -692,9 +780,17 @@ class Trainer:
                 "Trainer.run: no stop condition; set max_env_steps, max_iterations, max_wall_s, stop_at, "
                 "stop_below or plateau_metric"
             )
-        self._open_outputs()
         algo, cfg = self.algorithm, self.config
         self.stop_reason = None
+        # A budget already spent (a finished run resumed with the same limits) stops
+        # before training another iteration. Metric conditions need new metrics.
+        for condition in self.stop_conditions:
+            if isinstance(condition, (MaxIterations, MaxEnvSteps, MaxWallTime)):
+                reason = condition(self, self.last_metrics)
+                if reason is not None:
+                    self.stop_reason = reason
+                    return self.last_metrics
+        self._open_outputs()
         try:
             while self.stop_reason is None:
                 start = time.perf_counter()

@@ -217,3 +217,67 @@ def test_tensorboard_events_are_written_when_available(tmp_path) -> None:
     )
     quiet.run()
     assert not (tmp_path / "quiet" / "tensorboard").exists()
+
+
+def _trainer(tmp_path, iterations: int, **config) -> Trainer:
+    return Trainer(
+        AlgorithmConfig(**{**SMALL, **config}).build(CartPole),
+        TrainerConfig(max_iterations=iterations, checkpoint_every=1, progress=False),
+        run_dir=tmp_path,
+    )
+
+
+def test_resuming_a_finished_run_trains_no_further_iteration(tmp_path) -> None:
+    done = _trainer(tmp_path, 3)
+    last = done.run()
+    again = _trainer(tmp_path, 3)
+    again.resume()
+    assert again.run() == last  # the last metrics come back from the checkpoint
+    assert again.iteration == 3 and again.stop_reason == "reached 3 iterations"
+    assert len(_lines(tmp_path)) == 3 and latest_checkpoint(tmp_path).name == "ckpt_00000003.pt"
+    more = _trainer(tmp_path, 4)  # a larger budget continues
+    more.resume()
+    more.run()
+    assert more.iteration == 4 and [m["iteration"] for m in _lines(tmp_path)] == [1, 2, 3, 4]
+
+
+def test_resume_skips_an_unreadable_newest_checkpoint_with_a_warning(tmp_path) -> None:
+    _trainer(tmp_path, 3).run()
+    newest = latest_checkpoint(tmp_path)
+    newest.write_bytes(newest.read_bytes()[:100])  # truncated, as by a bad copy
+    (tmp_path / "checkpoints" / ".ckpt_00000004.pt.tmp-99999").write_bytes(b"left by a killed writer")
+    trainer = _trainer(tmp_path, 3)
+    with pytest.warns(UserWarning, match=r"ckpt_00000003\.pt is unreadable.*trying the checkpoint before it"):
+        assert trainer.resume().name == "ckpt_00000002.pt"
+    assert trainer.iteration == 2 and [m["iteration"] for m in _lines(tmp_path)] == [1, 2]
+    assert not list((tmp_path / "checkpoints").glob(".ckpt_*"))
+    with pytest.raises(ValueError, match=r"checkpoint .*ckpt_00000003\.pt is unreadable"):
+        _trainer(tmp_path, 3).resume(newest)
+    for path in (tmp_path / "checkpoints").glob("ckpt_*.pt"):
+        path.write_bytes(b"")
+    with pytest.raises(ValueError, match="no readable checkpoint in"), pytest.warns(UserWarning):
+        _trainer(tmp_path, 3).resume()
+
+
+def test_resume_refuses_a_changed_shape_and_warns_about_other_changes(tmp_path) -> None:
+    _trainer(tmp_path, 2).run()
+    with pytest.raises(ValueError, match=r"config changed \(config\.num_envs: saved 8, now 4\)"):
+        _trainer(tmp_path, 3, num_envs=4).resume()
+    with pytest.raises(ValueError, match=r"config\.model_config: saved \{'hiddens': \[16\]\}, now \{'hiddens': \[32\]\}"):
+        _trainer(tmp_path, 3, model_config={"hiddens": [32]}).resume()
+    trainer = _trainer(tmp_path, 3, gamma=0.95)
+    with pytest.warns(UserWarning, match=r"changed settings \(config\.gamma: 0\.99 -> 0\.95\)"):
+        trainer.resume()
+    trainer.run()
+    assert trainer.iteration == 3
+
+
+def test_tensorboard_keeps_the_scalars_logged_before_a_resume(tmp_path) -> None:
+    event_accumulator = pytest.importorskip("tensorboard.backend.event_processing.event_accumulator")
+    _trainer(tmp_path, 2).run()
+    trainer = _trainer(tmp_path, 4)
+    trainer.resume()
+    trainer.run()
+    events = event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    assert [e.step for e in events.Scalars("returns/mean")] == [128, 256, 384, 512]
