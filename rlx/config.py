@@ -74,6 +74,15 @@ def _fail(owner: Any, field: str, message: str) -> None:
     raise ConfigError(f"{type(owner).__name__}.{field}: {message}")
 
 
+def _check_schedule(owner: Any, field: str) -> None:
+    """:func:`check_schedule` on ``owner.<field>`` and its ``<field>_kind``, its errors
+    prefixed with the config class like every other field's."""
+    try:
+        check_schedule(getattr(owner, field), getattr(owner, f"{field}_kind"), name=field)
+    except ValueError as e:
+        raise ConfigError(f"{type(owner).__name__}.{e}") from None
+
+
 def _check_int(owner: Any, field: str, *, minimum: int | None = 1, allow_none: bool = False) -> None:
     value = getattr(owner, field)
     if value is None and allow_none:
@@ -195,7 +204,7 @@ class CommonConfig:
         if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 or not math.isfinite(lr):
             _fail(self, "optimizer_config", f"lr must be a positive number, got {lr!r}")
         if self.lr_schedule is not None:
-            check_schedule(self.lr_schedule, self.lr_schedule_kind, name="lr_schedule")
+            _check_schedule(self, "lr_schedule")
             if any(v <= 0 for _, v in self.lr_schedule):
                 _fail(self, "lr_schedule", "learning rates must be positive")
         _check_float(self, "gamma", low=0.0, high=1.0)
@@ -302,9 +311,9 @@ class AlgorithmConfig(CommonConfig):
             _check_bool(self, field)
         _check_float(self, "entropy_coeff", low=0.0)
         if self.entropy_coeff_schedule is not None:
-            check_schedule(
-                self.entropy_coeff_schedule, self.entropy_coeff_schedule_kind, name="entropy_coeff_schedule"
-            )
+            _check_schedule(self, "entropy_coeff_schedule")
+            if any(v < 0 for _, v in self.entropy_coeff_schedule):
+                _fail(self, "entropy_coeff_schedule", "entropy coefficients must be >= 0")
         _check_int(self, "num_sgd_iters")
         self._check_minibatch_size("sgd_minibatch_size")
         _check_int(self, "micro_batch_size", minimum=0, allow_none=True)

@@ -60,11 +60,13 @@ def test_unknown_field_raises_a_value_error_naming_it() -> None:
         AlgorithmConfig(lamda=0.9)
 
 
-def test_schedule_errors_name_the_schedule_field() -> None:
-    with pytest.raises(ValueError, match="lr_schedule"):
+def test_schedule_errors_name_the_config_class_and_the_schedule_field() -> None:
+    with pytest.raises(ConfigError, match=r"^AlgorithmConfig\.lr_schedule\[1\]: .*got 50 after 100"):
         AlgorithmConfig(lr_schedule=[(100, 1e-3), (50, 1e-4)])
-    with pytest.raises(ValueError, match="entropy_coeff_schedule_kind"):
+    with pytest.raises(ConfigError, match=r"^AlgorithmConfig\.entropy_coeff_schedule_kind: .*'cosine'"):
         AlgorithmConfig(entropy_coeff_schedule=[(0, 0.01)], entropy_coeff_schedule_kind="cosine")
+    with pytest.raises(ConfigError, match=r"^AlgorithmConfig\.entropy_coeff_schedule: entropy coefficients must be >= 0"):
+        AlgorithmConfig(entropy_coeff_schedule=[(0, 0.01), (1000, -0.01)], entropy_coeff_schedule_kind="interp")
 
 
 def test_kl_adaptive_lr_needs_a_target_and_no_schedule() -> None:
