@@ -213,7 +213,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlx: interrupted", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError, ImportError, TypeError) as e:
+    except (FileNotFoundError, ValueError, ImportError, TypeError, FloatingPointError) as e:
         if os.environ.get("RLX_DEBUG"):
             raise
         message = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -580,6 +580,28 @@ class Algorithm(ABC):
             return self.lr
         return self.lr_schedule.value(self.env_steps)
 
+    def _params_finite(self) -> Tensor:
+        """``[]`` float32, 1 when every policy parameter is finite, else 0: stays on the
+        device for step()'s one transfer (a NaN or inf entry makes the total norm one)."""
+        params = [p.detach() for p in self.policy.model.parameters()]
+        total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
+        if total_norm is not None:
+            norm = total_norm(params, error_if_nonfinite=False)
+        else:
+            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p) for p in params]))
+        return torch.isfinite(norm).to(torch.float32)
+
+    def _check_params_finite(self, flag: float, stats: dict[str, float]) -> None:
+        """Raise when :meth:`_params_finite` (already on the host as ``flag``) said no."""
+        if flag >= 1.0:
+            return
+        losses = ", ".join(f"{k} = {v:.4g}" for k, v in stats.items() if k.startswith("losses/"))
+        raise FloatingPointError(
+            f"{type(self).__name__}.step(): the update left NaN or inf in the policy's parameters "
+            f"(update {self.num_steps}; {losses}). Lower the learning rate, set max_grad_norm, or "
+            "check the env's rewards and observations, then resume from the last checkpoint"
+        )
+
     @abstractmethod
     def step(self) -> dict[str, float]:
         """Update the policy from the rollout in the buffer."""

@@ -133,6 +133,7 @@ class NPG(Algorithm):
 
         Raises:
             RuntimeError: no rollout: ``collect()`` must come first.
+            FloatingPointError: the update left NaN or inf in the parameters.
         """
         self._check_buffered()
         start = time.perf_counter()
@@ -147,11 +148,11 @@ class NPG(Algorithm):
         vf_loss = self._fit_critic(batch[OBS], batch[RETURNS])
         self._finish_step()
 
-        stats = rdist.all_reduce_(torch.stack([*actor_stats, vf_loss]), "mean")
+        stats = rdist.all_reduce_(torch.stack([*actor_stats, vf_loss, self._params_finite()]), "mean")
         with allowed_sync():
             values = stats.tolist()  # SYNC: the stats of step()
-        policy_loss, entropy_loss, kl, step_size, residual, gain, backtracks, vf = values
-        return {
+        policy_loss, entropy_loss, kl, step_size, residual, gain, backtracks, vf, params_finite = values
+        out = {
             "losses/policy": policy_loss,
             "losses/vf": vf,
             "losses/entropy": entropy_loss,
@@ -164,6 +165,8 @@ class NPG(Algorithm):
             "npg/line_search_backtracks": backtracks,
             "profiling/step_ms": 1e3 * (time.perf_counter() - start),
         }
+        self._check_params_finite(params_finite, out)
+        return out
 
     def _natural_step(self, obs: Obs, actions: Tensor, old_logp: Tensor, advantages: Tensor) -> list[Tensor]:
         cfg = self.config

@@ -189,6 +189,7 @@ class PPO(Algorithm):
 
         Raises:
             RuntimeError: no rollout: ``collect()`` must come first.
+            FloatingPointError: the update left NaN or inf in the parameters.
         """
         self._check_buffered()
         start = time.perf_counter()
@@ -240,10 +241,10 @@ class PPO(Algorithm):
         self._finish_step()
         self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
         self.entropy_coeff.fill_(self._entropy_coeff_value)
-        means = rdist.all_reduce_(sums / (epochs_run * num_minibatches), "mean")
+        means = rdist.all_reduce_(torch.cat([sums / (epochs_run * num_minibatches), self._params_finite()[None]]), "mean")
         with allowed_sync():
             means = means.tolist()  # SYNC: the stats of step()
-        return {
+        stats = {
             "losses/total": means[0],
             "losses/policy": means[1],
             "losses/vf": means[2],
@@ -256,6 +257,8 @@ class PPO(Algorithm):
             "coefficients/vf": float(cfg.vf_coeff),
             "profiling/step_ms": 1e3 * (time.perf_counter() - start),
         }
+        self._check_params_finite(means[6], stats)
+        return stats
 
     def _update(self, mb: dict[str, Tensor], params: list, *, weight: float = 1.0, step: bool = True) -> Tensor:
         """One minibatch: forward, PPO losses, backward, and (when ``step``) the optimizer.

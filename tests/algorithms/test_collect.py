@@ -11,7 +11,8 @@ from tensordict import TensorDict
 from torch.testing import assert_close
 from torchrl.data import Categorical, Unbounded
 
-from rlx import AlgorithmConfig
+from rlx import AlgorithmConfig, NPGConfig
+from rlx.envs import CartPole
 from rlx.env import Env
 
 
@@ -200,3 +201,25 @@ def test_values_computed_after_the_loop_equal_the_acting_values(rows_per_pass, m
     for t in range(10):  # column T (the bootstrap) included
         expected = algo.policy.act(buf.get("obs")[:, t]).values
         torch.testing.assert_close(buf.get("values")[:, t], expected, atol=1e-6, rtol=1e-6)
+
+
+class _HugeRewardCartPole(CartPole):
+    """Finite rewards of 3e38: their returns overflow float32 inside the update."""
+
+    def step(self, actions: torch.Tensor):
+        out = super().step(actions)
+        out["rewards"] = out["rewards"] * 3e38
+        return out
+
+
+@pytest.mark.parametrize("config_cls", [AlgorithmConfig, NPGConfig])
+def test_an_update_that_leaves_nan_parameters_raises(config_cls) -> None:
+    algo = config_cls(
+        num_envs=4, horizon=8, device="cpu", seed=0, normalize_rewards=False, model_config={"hiddens": [8]}
+    ).build(_HugeRewardCartPole)
+    algo.collect()  # every reward is finite: collect has nothing to object to
+    with pytest.raises(FloatingPointError, match=r"step\(\): the update left NaN or inf in the policy's parameters.*losses/vf = nan"):
+        algo.step()
+    healthy = config_cls(num_envs=4, horizon=8, device="cpu", seed=0, model_config={"hiddens": [8]}).build(CartPole)
+    healthy.collect()
+    healthy.step()  # the check costs no sync and never fires on a finite update
