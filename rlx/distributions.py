@@ -63,6 +63,11 @@ class Distribution(ABC):
     def param_layout(cls, action_spec: TensorSpec) -> tuple[int, int]:
         """Number of state-dependent and state-independent parameters per observation."""
 
+    def _as_spec(self, actions: Tensor) -> Tensor:
+        """``[N, ...]`` actions in the spec's shape and dtype (``[N, *spec.shape]``): what
+        the buffer, which the spec allocates, holds. A no-op when they already match."""
+        return actions.reshape(actions.shape[0], *self.action_spec.shape).to(self.action_spec.dtype)
+
     @classmethod
     def num_params(cls, action_spec: TensorSpec) -> int:
         """Width ``P`` of the flat parameter tensor."""
@@ -118,7 +123,6 @@ class Categorical(Distribution):
     ) -> None:
         super().__init__(params, action_spec, action_mask=action_mask)
         n = action_spec.space.n
-        self._shape = tuple(action_spec.shape)
         logits = self.params.reshape(params.shape[0], -1, n)  # [N, k, n]
         if action_mask is not None:
             mask = action_mask.reshape(params.shape[0], -1, n).bool()
@@ -132,16 +136,13 @@ class Categorical(Distribution):
     def param_layout(cls, action_spec: TensorSpec) -> tuple[int, int]:
         return action_spec.space.n * max(1, math.prod(action_spec.shape)), 0
 
-    def _to_buffer_shape(self, idx_Nk: Tensor) -> Tensor:
-        return idx_Nk.reshape(idx_Nk.shape[0], *self._shape)
-
     def sample(self) -> Tensor:
         # Gumbel-max: one fused sample for every head, no multinomial per head.
         u = torch.rand_like(self.log_probs).clamp_(min=torch.finfo(torch.float32).tiny)
-        return self._to_buffer_shape(torch.argmax(self.log_probs - torch.log(-torch.log(u)), -1))
+        return self._as_spec(torch.argmax(self.log_probs - torch.log(-torch.log(u)), -1))
 
     def mode(self) -> Tensor:
-        return self._to_buffer_shape(torch.argmax(self.log_probs, dim=-1))
+        return self._as_spec(torch.argmax(self.log_probs, dim=-1))
 
     def log_prob(self, actions: Tensor) -> Tensor:
         idx = actions.reshape(actions.shape[0], -1, 1).long()  # [N, k, 1]
@@ -209,10 +210,10 @@ class MultiCategorical(Distribution):
         for lp in self.log_probs:
             u = torch.rand_like(lp).clamp_(min=torch.finfo(torch.float32).tiny)
             out.append(torch.argmax(lp - torch.log(-torch.log(u)), -1))
-        return torch.stack(out, dim=-1)
+        return self._as_spec(torch.stack(out, dim=-1))  # [N, k] -> [N, *spec.shape]
 
     def mode(self) -> Tensor:
-        return torch.stack([torch.argmax(lp, -1) for lp in self.log_probs], dim=-1)
+        return self._as_spec(torch.stack([torch.argmax(lp, -1) for lp in self.log_probs], dim=-1))
 
     def log_prob(self, actions: Tensor) -> Tensor:
         actions = actions.reshape(actions.shape[0], -1).long()
@@ -270,11 +271,10 @@ class Normal(Distribution):
         return actions.reshape(actions.shape[0], -1).to(self.params.dtype)
 
     def sample(self) -> Tensor:
-        x = self.mean + self.std * torch.randn_like(self.mean)
-        return x.reshape(x.shape[0], *self.action_spec.shape)
+        return self._as_spec(self.mean + self.std * torch.randn_like(self.mean))
 
     def mode(self) -> Tensor:
-        return self.mean.reshape(self.mean.shape[0], *self.action_spec.shape)
+        return self._as_spec(self.mean)
 
     def log_prob(self, actions: Tensor) -> Tensor:
         z = (self._flat(actions) - self.mean) / self.std

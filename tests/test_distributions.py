@@ -144,3 +144,71 @@ def test_default_distribution_follows_the_action_spec() -> None:
     assert default_distribution_cls(Unbounded(shape=(2,))) is Normal
     with pytest.raises(ValueError, match="distribution_cls"):
         default_distribution_cls(Unbounded(shape=(2,), dtype=torch.int64))
+
+
+class _SpecEnv:
+    """A 3-feature env whose action spec is given per test; it checks every action it
+    receives against that spec, as a strict user env would."""
+
+    action_spec_factory = None
+
+    @classmethod
+    def with_spec(cls, factory):
+        from rlx.env import Env
+        from tensordict import TensorDict
+
+        class SpecEnv(Env):
+            def __init__(self, num_envs: int, /, horizon: int | None = None, *, device="cpu") -> None:
+                super().__init__(num_envs, horizon, device=device)
+                self.observation_spec = Unbounded(shape=(3,), device=self.device)
+                self.action_spec = factory()
+                self.received: list[torch.Tensor] = []
+
+            def reset(self, *, config=None) -> torch.Tensor:
+                return torch.randn(self.num_envs, 3)
+
+            def step(self, actions: torch.Tensor) -> TensorDict:
+                assert actions.dtype == self.action_spec.dtype, actions.dtype
+                assert tuple(actions.shape) == (self.num_envs, *self.action_spec.shape), actions.shape
+                assert self.action_spec.is_in(actions[0])
+                self.received.append(actions.clone())
+                B = self.num_envs
+                return TensorDict({"obs": torch.randn(B, 3), "rewards": torch.randn(B, 1)}, batch_size=[B])
+
+        return SpecEnv
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [
+        lambda: CategoricalSpec(3, dtype=torch.int32),
+        lambda: CategoricalSpec(4, shape=(2,), dtype=torch.uint8),
+        lambda: __import__("torchrl.data", fromlist=["Binary"]).Binary(n=3, dtype=torch.int8),
+        lambda: __import__("torchrl.data", fromlist=["Binary"]).Binary(n=3, dtype=torch.bool),
+        lambda: MultiCategoricalSpec(torch.tensor([[2, 3], [4, 2]])),  # a 2-D nvec
+        lambda: Bounded(-1.0, 1.0, shape=(2,), dtype=torch.float64),
+    ],
+    ids=["categorical-int32", "categorical-k2-uint8", "binary-int8", "binary-bool", "multicategorical-2d", "bounded-float64"],
+)
+def test_actions_take_the_spec_dtype_and_shape_and_keep_their_log_prob(factory) -> None:
+    from rlx import AlgorithmConfig
+    from rlx.buffer import ACTIONS, LOGP
+    from rlx.env import OBS
+
+    algo = AlgorithmConfig(num_envs=4, horizon=5, device="cpu", seed=0, model_config={"hiddens": [8]}).build(
+        _SpecEnv.with_spec(factory)
+    )
+    algo.collect()
+    buf = algo.buffer
+    actions = buf.get(ACTIONS)[:, :5]
+    spec = algo.env.action_spec
+    assert actions.dtype == spec.dtype and tuple(actions.shape) == (4, 5, *spec.shape)
+    # Every stored discrete action is the one the env received (a Bounded env receives
+    # the clipped sample), and its stored logp is its log-density.
+    if not spec.dtype.is_floating_point:
+        assert torch.equal(actions, torch.stack(algo.env.received[-5:], dim=1))
+    with torch.no_grad():
+        flat_obs, flat_actions = buf.get(OBS)[:, :5].reshape(20, 3), actions.reshape(20, *spec.shape)
+        logp = algo.policy.evaluate(flat_obs, flat_actions).logp
+    assert_close(logp, buf.get(LOGP)[:, :5].reshape(20, 1), rtol=1e-5, atol=1e-5)
+    algo.step()
