@@ -129,6 +129,43 @@ def test_nan_final_obs_of_steps_that_do_not_truncate_is_ignored() -> None:
     assert all(torch.isfinite(p).all() for p in algo.policy.parameters())
 
 
+class ActionZeroingEnv(ConfigurableEnv):
+    """Zeroes the action tensor it receives, in place."""
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        actions.zero_()
+        return super().step(actions)
+
+
+def test_the_buffer_keeps_the_sampled_actions_when_the_env_modifies_them_in_place() -> None:
+    from rlx.buffer import ACTIONS, LOGP
+    from rlx.env import OBS
+
+    algo = _build(ActionZeroingEnv)
+    algo.collect()
+    actions = algo.buffer.get(ACTIONS)[:, :5]
+    assert actions.any()  # 20 samples of a 2-way policy: not all 0 (p = 2^-20)
+    with torch.no_grad():
+        logp = algo.policy.evaluate(algo.buffer.get(OBS)[:, :5].reshape(20, 3), actions.reshape(20)).logp
+    torch.testing.assert_close(logp, algo.buffer.get(LOGP)[:, :5].reshape(20, 1))
+
+
+class LateTerminationEnv(ConfigurableEnv):
+    """Returns 'terminated' only from step 3 on: absent when validate() looked."""
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        out = super().step(actions)
+        if self.t < 3:
+            del out["terminated"]
+        return out
+
+
+def test_terminated_appearing_after_validation_raises_instead_of_being_dropped() -> None:
+    algo = _build(LateTerminationEnv)
+    with pytest.raises(EnvOutputError, match=r"returned 'terminated' at step \d but not when validated"):
+        algo.collect()
+
+
 class LimitedEnv(ConfigurableEnv):
     max_num_envs: ClassVar[int] = 4
     max_horizon: ClassVar[int] = 5

@@ -312,14 +312,21 @@ class Algorithm(ABC):
         terminates, truncates = self._env_terminates, self._env_truncates
         for t in range(T):
             act = self._act(t, obs_cols[t], deterministic)
-            out = self.env.step(act.env_actions)
+            # Into the buffer before the env sees them: an env may modify its actions in
+            # place (a clamp_), and the buffer must keep what logp was computed for.
             self._action_cols[t].copy_(act.actions)
             self._logp_cols[t].copy_(act.logp)
             if not self._values_after_loop:
                 self._value_cols[t].copy_(act.values)
+            out = self.env.step(act.env_actions)
             self._reward_cols[t].copy_(out.get(REWARDS))
             if terminates:
                 self._terminated_cols[t].copy_(out.get(TERMINATED))
+            elif TERMINATED in out.keys():
+                raise EnvOutputError(
+                    f"{type(self.env).__name__}.step() returned 'terminated' at step {t} but not "
+                    "when validated; an env must return the same keys on every step"
+                )
             if truncates:
                 self._truncated_cols[t].copy_(out.get(TRUNCATED))
                 self._final_obs_cols[t].copy_(out.get(FINAL_OBS))
