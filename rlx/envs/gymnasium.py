@@ -162,6 +162,7 @@ class GymnasiumEnv(Env):
         self.action_spec = space_to_spec(self.vector_env.single_action_space, device=self.device)
         action_space = self.vector_env.single_action_space
         self._action_offset = np.asarray(getattr(action_space, "start", 0))
+        self._action_shape = tuple(action_space.shape or ())  # gymnasium's, e.g. a 2-D MultiDiscrete's
         self._obs_np: Any = None
 
     @classmethod
@@ -190,8 +191,9 @@ class GymnasiumEnv(Env):
 
     def step(self, actions: torch.Tensor) -> TensorDict:
         actions_np = actions.detach().cpu().numpy()  # SYNC: gymnasium lives on the host
-        if isinstance(self.action_spec, Categorical) and actions_np.ndim > 1:
-            actions_np = actions_np.reshape(self.num_envs)
+        # [B, *space.shape]: a Discrete's [B] (or [B, 1]), a MultiDiscrete's nvec shape (rlx
+        # flattens it), a MultiBinary's or a Box's shape.
+        actions_np = actions_np.reshape(self.num_envs, *self._action_shape)
         obs, rewards, terminated, truncated, info = self.vector_env.step(actions_np + self._action_offset)
         done = np.logical_or(terminated, truncated)
         if self.autoreset_mode == "same_step":

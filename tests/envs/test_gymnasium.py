@@ -123,6 +123,45 @@ def test_discrete_actions_with_an_offset_start_are_shifted() -> None:
     assert env.step(torch.tensor([0, 2]))["rewards"].flatten().tolist() == [-1.0, 1.0]
 
 
+@pytest.mark.parametrize(
+    "space",
+    [
+        gym.spaces.MultiBinary(3),
+        gym.spaces.MultiDiscrete([2, 3]),
+        gym.spaces.MultiDiscrete([[2, 3], [4, 5]]),  # a 2-D nvec: rlx's spec flattens it
+        gym.spaces.Box(-2.0, 2.0, (2,), np.float64),
+        gym.spaces.Box(-2.0, 2.0, (), np.float32),
+    ],
+    ids=["multibinary", "multidiscrete", "multidiscrete-2d", "box-float64", "box-scalar"],
+)
+def test_every_action_space_trains_and_the_env_receives_its_own_shape(space) -> None:
+    received: list[np.ndarray] = []
+
+    class Strict(gym.Env):
+        observation_space = gym.spaces.Box(-1, 1, (3,), np.float32)
+        action_space = space
+
+        def __init__(self) -> None:
+            self.t = 0
+
+        def reset(self, *, seed=None, options=None):
+            super().reset(seed=seed)
+            self.t = 0
+            return np.zeros(3, dtype=np.float32), {}
+
+        def step(self, action):
+            self.t += 1
+            action = np.asarray(action)
+            assert action.shape == space.shape, (action.shape, space.shape)
+            received.append(action)
+            return np.full(3, 0.1 * self.t, dtype=np.float32), 1.0, self.t >= 5, False, {}
+
+    algo = AlgorithmConfig(num_envs=2, horizon=8, sgd_minibatch_size=16, seed=0).build(GymnasiumEnv.factory(env=Strict))
+    algo.collect()
+    algo.step()
+    assert received and all(space.contains(a.astype(space.dtype)) for a in received)
+
+
 def test_factory_is_usable_where_an_env_class_goes() -> None:
     env_cls = GymnasiumEnv.factory("CartPole-v1", autoreset_mode="same_step")
     env = env_cls(2, None, device="cpu")
