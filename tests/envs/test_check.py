@@ -84,6 +84,13 @@ def test_good_envs_pass(env_cls, capsys) -> None:
     assert "passes" in capsys.readouterr().out
 
 
+def test_device_spellings_of_the_same_device_are_no_problem(capsys) -> None:
+    # cpu:0 and cpu are one device; tensors report "cpu".
+    assert check_env(CartPole, num_envs=3, steps=20, device="cpu:0") == []
+    with pytest.raises(ValueError, match=r"steps must be an int >= 1, got 0"):
+        check_env(CartPole, steps=0)
+
+
 def test_check_env_command_exits_nonzero_on_problems(capsys, tmp_path, monkeypatch) -> None:
     assert main(["check-env", "rlx.envs:CartPole", "--steps", "50"]) == 0
     (tmp_path / "broken_envs.py").write_text(
