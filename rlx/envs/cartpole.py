@@ -159,7 +159,8 @@ class CartPoleNoVelocity(CartPole):
 
     def _obs(self, state: torch.Tensor) -> torch.Tensor:
         """Cart position and pole angle of ``[B, 4]`` states, ``[B, 2]``."""
-        return state[:, 0::2].float()  # columns 0 (x) and 2 (theta)
+        # Columns 0 (x) and 2 (theta), copied: a strided view would alias the live state.
+        return state[:, 0::2].to(torch.float32, copy=True)
 
 
 def _float32_at_or_below(value: float) -> float:

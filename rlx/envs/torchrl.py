@@ -139,7 +139,9 @@ class _RlxAsTorchRL(EnvBase):
     def _obs_td(self, obs: Any) -> TensorDict:
         if isinstance(obs, TensorDictBase):
             return obs.clone(False)
-        return TensorDict({"observation": obs}, batch_size=self.batch_size, device=self.device)
+        # A copy: an rlx env may return a view of state that its next step overwrites,
+        # and a TorchRL rollout keeps every step's observation.
+        return TensorDict({"observation": obs.clone()}, batch_size=self.batch_size, device=self.device)
 
     def _reset(self, tensordict: TensorDictBase | None, **kwargs: Any) -> TensorDictBase:
         partial = tensordict is not None and "_reset" in tensordict.keys() and self._pending is not None

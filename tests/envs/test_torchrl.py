@@ -80,6 +80,25 @@ def test_to_torchrl_passes_torchrl_spec_checks_and_rolls_out() -> None:
     assert last[0].abs() > 2.4 or last[2].abs() > CartPole.theta_threshold or rollout["next", "truncated"][env_idx, t]
 
 
+def test_to_torchrl_rollouts_keep_every_observation_of_an_env_returning_views() -> None:
+    # CartPoleNoVelocity's observation is two columns of its state: a rollout must hold
+    # copies, not views the next step overwrites.
+    from rlx.envs import CartPoleNoVelocity
+
+    torch.manual_seed(0)
+    env = to_torchrl(CartPoleNoVelocity(3))
+    rollout = env.rollout(300, break_when_any_done=False)
+    # Within an episode, each root observation is the previous step's next observation.
+    same_episode = ~rollout["next", "done"][:, :-1].squeeze(-1)
+    assert torch.equal(rollout["observation"][:, 1:][same_episode], rollout["next", "observation"][:, :-1][same_episode])
+    # After an end, the root observation is the new episode's first (|x|, |theta| <= 0.05).
+    ended = rollout["next", "done"][:, :-1].squeeze(-1)
+    assert ended.any() and rollout["observation"][:, 1:][ended].abs().max() <= 0.05
+    # And so is the reset's, which a view of the state would have turned into the last state.
+    assert rollout["observation"][:, 0].abs().max() <= 0.05
+    assert not torch.equal(rollout["observation"][:, 0], rollout["next", "observation"][:, -1])
+
+
 def test_rlx_env_round_trips_through_both_adapters() -> None:
     def make(num_envs, horizon=None, *, device="cpu"):
         return TorchRLEnv(num_envs, device=device, make_env=lambda b, d: to_torchrl(CartPole(b, device=d)))
