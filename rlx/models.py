@@ -273,10 +273,12 @@ class RecurrentActorCritic(nn.Module):
         B, L = resets.shape
         flat = obs.reshape(B * L, *obs.shape[2:])  # [B*L, *obs]
         features = self.encoder(flatten_obs(flat, self.observation_spec)).view(B, L, -1)  # [B, L, F]
-        keep = (~resets).to(state.dtype).view(B, L, 1, 1, 1)  # 0 where a new episode starts
+        # False where a new episode starts; any integer or bool resets. A where, not a
+        # product, so a step that resets ignores its state even if it holds inf or NaN.
+        keep = (resets == 0).view(B, L, 1, 1, 1)
         outputs = []
         for t in range(L):
-            state = self._step(features[:, t], state * keep[:, t])
+            state = self._step(features[:, t], torch.where(keep[:, t], state, 0.0))
             outputs.append(state[:, -1, 0])  # the top layer's h, [B, H]
         core = torch.stack(outputs, dim=1)  # [B, L, H]
         head = self.actor(core)  # [B, L, S]

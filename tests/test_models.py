@@ -113,6 +113,20 @@ def test_a_reset_step_ignores_the_state_it_was_given() -> None:
         assert torch.equal(a, b)
 
 
+def test_integer_resets_act_as_bool_and_a_reset_ignores_even_a_nan_state() -> None:
+    model = RecurrentActorCritic(Unbounded(shape=(3,)), Categorical(2), num_params=(2, 0), hidden_size=4)
+    obs, state = torch.randn(2, 3, 3), torch.randn(2, 1, 2, 4)
+    resets = torch.tensor([[True, False, True], [False, True, False]])
+    expected = model(obs, state, resets)
+    for as_int in (resets.long(), resets.to(torch.int32), resets.float()):
+        for a, b in zip(model(obs, state, as_int), expected):
+            assert torch.equal(a, b)
+    nan_state = torch.full_like(state, float("nan"))
+    starts = torch.ones(2, 1, dtype=torch.bool)
+    for a, b in zip(model(obs[:, :1], nan_state, starts), model(obs[:, :1], model.initial_state(2), starts)):
+        assert torch.equal(a, b)
+
+
 def test_recurrent_model_config_errors_name_the_key() -> None:
     for kwargs, key in (({"cell": "rnn"}, "cell"), ({"hidden_size": 0}, "hidden_size"), ({"num_layers": 1.5}, "num_layers")):
         with pytest.raises(ValueError, match=f"model_config.{key}"):
