@@ -54,6 +54,8 @@ __all__ = [
     "check_env_limits",
     "load_state_tensors",
     "check_obs",
+    "check_devices",
+    "canonical_device",
     "check_step_output",
 ]
 
@@ -156,6 +158,35 @@ def _check_tensor(
         )
     if dtype is not None and value.dtype != dtype:
         raise EnvOutputError(f"{where}: '{name}' has dtype {value.dtype}, expected {dtype}")
+
+
+def canonical_device(device: torch.device | str) -> torch.device:
+    """One spelling per device: ``cpu`` for ``cpu:0``, ``cuda:<current>`` for ``cuda``, so
+    comparing devices compares where tensors live, not how the device was named."""
+    device = torch.device(device)
+    if device.type == "cpu":
+        return torch.device("cpu")
+    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
+        return torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def check_devices(x: Any, device: torch.device | str, *, where: str) -> None:
+    """Raise unless every tensor of ``x`` (a tensor or TensorDict) is on ``device``: an
+    env's outputs on another device would be copied (and synchronised) every step.
+
+    Raises:
+        EnvOutputError: naming the first key on another device and both devices.
+    """
+    expected = canonical_device(device)
+    leaves = x.items(include_nested=True, leaves_only=True) if isinstance(x, TensorDictBase) else [("obs", x)]
+    for key, value in leaves:
+        if isinstance(value, torch.Tensor) and canonical_device(value.device) != expected:
+            name = ".".join(key) if isinstance(key, tuple) else key
+            raise EnvOutputError(
+                f"{where}: '{name}' is on {value.device}, expected {expected} (the algorithm's device; "
+                "an env builds its tensors on the device it is given)"
+            )
 
 
 def check_obs(

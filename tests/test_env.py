@@ -166,6 +166,35 @@ def test_terminated_appearing_after_validation_raises_instead_of_being_dropped()
         algo.collect()
 
 
+class WrongDeviceEnv(ConfigurableEnv):
+    """Returns its reset observation or its step rewards on the meta device."""
+
+    meta_key: ClassVar[str] = "obs"
+
+    def reset(self, *, config: dict | None = None) -> torch.Tensor:
+        obs = super().reset(config=config)
+        return obs.to("meta") if self.meta_key == "obs" else obs
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        out = super().step(actions)
+        if self.meta_key == "rewards":
+            out["rewards"] = out["rewards"].to("meta")
+        return out
+
+
+@pytest.mark.parametrize(
+    ("key", "where"), [("obs", r"WrongDeviceEnv\.reset\(\)"), ("rewards", r"WrongDeviceEnv\.step\(\)")]
+)
+def test_outputs_on_another_device_are_refused_at_build(key: str, where: str) -> None:
+    env_cls = type("WrongDeviceEnv", (WrongDeviceEnv,), {"meta_key": key})
+    with pytest.raises(EnvOutputError, match=rf"{where}: '{key}' is on meta, expected cpu"):
+        _build(env_cls)
+
+
+def test_spellings_of_the_algorithm_device_are_one_device() -> None:
+    AlgorithmConfig(num_envs=4, horizon=5, device="cpu:0", seed=0, model_config={"hiddens": [8]}).build(ConfigurableEnv).collect()
+
+
 class LimitedEnv(ConfigurableEnv):
     max_num_envs: ClassVar[int] = 4
     max_horizon: ClassVar[int] = 5

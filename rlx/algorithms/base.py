@@ -28,6 +28,7 @@ from rlx.env import (
     TERMINATED,
     TRUNCATED,
     EnvOutputError,
+    check_devices,
     check_env_limits,
     check_obs,
     check_step_output,
@@ -208,6 +209,7 @@ class Algorithm(ABC):
         obs_spec, action_spec = self.env.observation_spec, self.env.action_spec
         obs = self.env.reset()
         check_obs(obs, obs_spec, B, where=f"{env_name}.reset()")
+        check_devices(obs, self.device, where=f"{env_name}.reset()")
         with torch.no_grad():
             params, values = self._probe_model(obs)
         expected = (B, sum(self.policy.num_params))
@@ -232,6 +234,7 @@ class Algorithm(ABC):
             raise EnvOutputError(f"policy env actions fall outside {env_name}.action_spec")
         out = self.env.step(act.env_actions)
         check_step_output(out, obs_spec, B, where=f"{env_name}.step()")
+        check_devices(out, self.device, where=f"{env_name}.step()")
         self._env_terminates = TERMINATED in out.keys()
         self._env_truncates = TRUNCATED in out.keys()
         if self.buffer is None:

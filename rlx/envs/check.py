@@ -13,6 +13,7 @@ from rlx.env import (
     TERMINATED,
     TRUNCATED,
     EnvOutputError,
+    canonical_device,
     check_env_limits,
     check_obs,
     check_step_output,
@@ -71,7 +72,7 @@ def check_env(
     problems: list[str] = []
     if isinstance(steps, bool) or not isinstance(steps, int) or steps < 1:
         raise ValueError(f"check_env: steps must be an int >= 1, got {steps!r}")
-    device = _resolve(torch.device(device))
+    device = canonical_device(device)
     name = getattr(env_cls, "__name__", repr(env_cls))
     try:
         check_env_limits(env_cls, num_envs, horizon)
@@ -88,7 +89,7 @@ def check_env(
 
     def check_leaves(out: Any, where: str) -> None:
         for key, tensor in _leaves(out, where):
-            if _resolve(tensor.device) != device:
+            if canonical_device(tensor.device) != device:
                 problems.append(f"{key} is on {tensor.device}, but the env was built on {device}")
             elif tensor.is_floating_point() and not torch.isfinite(tensor).all():
                 problems.append(f"{key} holds NaN or inf")
@@ -132,16 +133,6 @@ def check_env(
     if ended == 0 and TERMINATED in out.keys() and not problems and verbose:
         print(f"note: no episode ended in {steps} random steps, so auto-reset was not exercised")
     return _report(name, problems, verbose)
-
-
-def _resolve(device: torch.device) -> torch.device:
-    """One spelling per device: ``cpu`` for ``cpu:0``, ``cuda:<current>`` for ``cuda``, so
-    that comparing devices compares where tensors live, not how the device was named."""
-    if device.type == "cpu":
-        return torch.device("cpu")
-    if device.type == "cuda" and device.index is None and torch.cuda.is_available():
-        return torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def _report(name: str, problems: list[str], verbose: bool) -> list[str]:
