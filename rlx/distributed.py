@@ -2,8 +2,9 @@
 
 Each rank owns ``num_envs`` envs on its own device and a copy of the policy. Everything
 that PPO and NPG compute from the whole batch is reduced across ranks, so N ranks with B
-envs each take the same step as one process with N·B envs: gradients are averaged in one
-flat all-reduce, advantage normalization, KL early stopping, the KL-adaptive LR, the
+envs each take the same step as one process with N·B envs and N times the minibatch size
+(minibatch sizes are per rank; with whole-buffer minibatches the steps are the same):
+gradients are averaged in one flat all-reduce, advantage normalization, KL early stopping, the KL-adaptive LR, the
 normalizer statistics and NPG's gradient, Fisher-vector products and line search use
 global values. A single process without torchrun's variables runs exactly as before:
 every helper here is a no-op when there is no process group.

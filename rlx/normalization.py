@@ -39,6 +39,10 @@ class RunningMeanStd(nn.Module):
         epsilon: Added to the variance before the square root in :meth:`normalize`.
         clip: If set, normalized values are clamped to ``[-clip, clip]``.
         device: Where the buffers live.
+        sync_ranks: Under torch.distributed, merge every rank's batch in :meth:`update`
+            (a collective: every rank must call it), so all ranks keep the same
+            statistics. The policy's observation normalizers and the reward scaler set
+            it; off, each instance keeps its own process's samples.
     """
 
     mean: Tensor
@@ -52,8 +56,10 @@ class RunningMeanStd(nn.Module):
         epsilon: float = 1e-8,
         clip: float | None = None,
         device: torch.device | str | None = None,
+        sync_ranks: bool = False,
     ) -> None:
         super().__init__()
+        self.sync_ranks = bool(sync_ranks)
         if epsilon < 0:
             raise ValueError(f"epsilon must be >= 0, got {epsilon}")
         if clip is not None and not clip > 0:
@@ -90,7 +96,7 @@ class RunningMeanStd(nn.Module):
         n = x.shape[0]
         if n == 0:  # host-side shape, not data: no sync
             return
-        if dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if self.sync_ranks and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
             # Data-parallel training: merge every rank's batch, so all ranks keep the
             # same statistics. One all-reduce of [count, Σx, Σx²] in float64.
             x64 = x.to(torch.float64)
@@ -214,7 +220,7 @@ class RewardScaler(nn.Module):
         self.num_envs = int(num_envs)
         self.gamma = float(gamma)
         self.epsilon = float(epsilon)
-        self.stats = RunningMeanStd((), epsilon=epsilon, device=device)
+        self.stats = RunningMeanStd((), epsilon=epsilon, device=device, sync_ranks=True)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
         # Per-rollout scratch, [B, T] each, allocated on the first update and reused while
         # the horizon stays the same. Not persistent: nothing in them outlives a call.

@@ -128,7 +128,7 @@ class Policy(nn.Module):
                 name = "__".join(path) or "obs"
                 self._norm_keys[name] = path
                 self.obs_normalizers[name] = RunningMeanStd(
-                    tuple(spec.shape), clip=OBS_CLIP, device=device
+                    tuple(spec.shape), clip=OBS_CLIP, device=device, sync_ranks=True
                 )
 
     # -- observation normalization -------------------------------------------------

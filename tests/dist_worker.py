@@ -63,6 +63,17 @@ def main() -> None:
     mode, total, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rdist.init_from_env(device_type="cpu")
     world, rank = rdist.world_size(), rdist.rank()
+    if mode == "running_stats":
+        # 10 samples on rank 0, 3 on rank 1; only the syncing instance merges them.
+        from rlx.normalization import RunningMeanStd
+
+        synced, local = RunningMeanStd((2,), sync_ranks=True), RunningMeanStd((2,))
+        x = torch.arange(2 * (10 - 7 * rank), dtype=torch.float32).view(-1, 2) + 100 * rank
+        synced.update(x)
+        local.update(x)
+        torch.save({"synced": synced.state_dict(), "local": local.state_dict()}, f"{out}.rank{rank}")
+        torch.distributed.destroy_process_group()
+        return
     common = dict(num_envs=total // world, horizon=8, device="cpu", seed=0, gamma=0.9, normalize_obs=True,
                   model_config={"hiddens": [16]})
     try:
@@ -77,9 +88,14 @@ def main() -> None:
             config = NPGConfig(**common, fvp_subsample=1.0, line_search=True, optim_critic_iters=2)
         elif mode == "mismatch":
             config = AlgorithmConfig(**{**common, "num_envs": 4 + rank})
-        else:  # die
+        else:  # die, mismatch_env_kwargs
             config = AlgorithmConfig(**common)
-        algo = config.build(IndexedWalker)
+        env_cls = IndexedWalker
+        if mode == "mismatch_env_kwargs":  # the same env class, bound to other arguments
+            from rlx.trainer import env_factory
+
+            env_cls = env_factory("rlx.envs:CueRecall", {"delay": 4 + 4 * rank})
+        algo = config.build(env_cls)
         if mode == "die":
             if rank == 1:
                 os._exit(3)

@@ -63,6 +63,31 @@ def test_mismatched_configs_fail_on_every_rank_with_a_clear_error(tmp_path) -> N
 
 
 @pytest.mark.slow
+def test_ranks_binding_other_env_kwargs_fail_with_a_clear_error(tmp_path) -> None:
+    out = tmp_path / "err"
+    result = _torchrun(WORKER, "mismatch_env_kwargs", "8", str(out), timeout=120)
+    assert result.returncode != 0
+    for rank in (0, 1):
+        message = Path(f"{out}.rank{rank}").read_text()
+        assert "the algorithm config differs across ranks" in message
+        assert "'env_kwargs': {'delay': 4}" in message and "'env_kwargs': {'delay': 8}" in message
+
+
+@pytest.mark.slow
+def test_running_stats_merge_ranks_only_when_asked(tmp_path) -> None:
+    out = tmp_path / "rms"
+    result = _torchrun(WORKER, "running_stats", "2", str(out), timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    states = [torch.load(f"{out}.rank{r}") for r in (0, 1)]
+    everything = torch.cat([torch.arange(20.0).view(-1, 2), torch.arange(6.0).view(-1, 2) + 100]).double()
+    for state in states:  # the policy's normalizers and the reward scaler: every rank's samples
+        assert state["synced"]["count"].item() == 13
+        torch.testing.assert_close(state["synced"]["mean"], everything.mean(0))
+        torch.testing.assert_close(state["synced"]["var"], everything.var(0, correction=0))
+    assert [s["local"]["count"].item() for s in states] == [10, 3]  # a user's own instance: its own
+
+
+@pytest.mark.slow
 def test_a_dead_rank_makes_the_others_exit_instead_of_hanging(tmp_path) -> None:
     start = time.monotonic()
     result = _torchrun(WORKER, "die", "8", str(tmp_path / "x"), timeout=150)

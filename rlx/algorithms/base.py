@@ -9,6 +9,7 @@ it in ONE transfer at the end of the call.
 from __future__ import annotations
 
 import copy
+import functools
 import math
 import time
 from abc import ABC, abstractmethod
@@ -63,6 +64,22 @@ def _float_leaves(x: Obs) -> list[tuple[str, Tensor]]:
     ]
 
 
+def _env_description(env_cls: Any) -> dict[str, Any]:
+    """The env class or factory with its bound arguments, alike on every rank that built
+    the same env: a value that is not plain data is named by its type (a repr would hold
+    a per-process address)."""
+
+    def plain(kwargs: dict[str, Any]) -> dict[str, Any]:
+        return {k: v if isinstance(v, (str, int, float, bool, type(None))) else type(v).__qualname__ for k, v in kwargs.items()}
+
+    if isinstance(env_cls, functools.partial):
+        kwargs, env_cls = plain(env_cls.keywords), env_cls.func
+    else:
+        kwargs = plain(getattr(env_cls, "factory_kwargs", None) or {})
+    name = getattr(env_cls, "__qualname__", None) or getattr(env_cls, "__name__", type(env_cls).__qualname__)
+    return {"env": f"{getattr(env_cls, '__module__', '')}:{name}", "env_kwargs": kwargs}
+
+
 def _to_plain(x: Obs) -> Tensor | dict[str, Any]:
     """A tensor, or a TensorDict as nested dicts of tensors (safe for weights_only loads)."""
     return x.clone() if isinstance(x, Tensor) else x.to_dict()
@@ -106,8 +123,7 @@ class Algorithm(ABC):
         if self.world_size > 1:
             # Refuse ranks that disagree before any collective depends on their shapes.
             rdist.check_same_on_all_ranks(
-                {"algorithm": type(self).__name__, "env": getattr(env_cls, "__name__", repr(env_cls)),
-                 **config_to_dict(config)},
+                {"algorithm": type(self).__name__, "env": _env_description(env_cls), **config_to_dict(config)},
                 "the algorithm config",
             )
         if config.seed is not None:
