@@ -21,9 +21,11 @@ trained on sequences of 16 steps (or T when shorter), next to the feedforward ro
 
 Results are appended as JSON lines to ``benchmarks/results/throughput_<device>.jsonl``
 and written as a markdown table to ``benchmarks/results/throughput_<device>.md`` (``--tag``
-adds a suffix to both names), with the
-torch version, device name, thread count and git commit. ``--quick`` runs a small grid in
-well under a minute on a CPU.
+adds a suffix to both names; ``--out-dir`` elsewhere), with the torch version, device
+name (the CPU model on a CPU), thread count, iteration counts and the git commit of the
+rlx checkout, wherever the command runs from. ``--quick`` runs a smaller grid (B 64 and
+1024; CartPole and DiscreteDummyEnv unless ``--envs`` names others) with the same 5
+timed iterations after 2 warm-ups, in well under a minute on a CPU.
 """
 
 from __future__ import annotations
@@ -152,7 +154,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--horizon", type=int, default=32, help="T, env steps per collect (default 32)")
     parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "npg", "recurrent_ppo"],
                         help="algorithms (default ppo npg)")
-    parser.add_argument("--envs", nargs="+", default=["CartPole", "Pendulum", "DiscreteDummyEnv"],
+    parser.add_argument("--envs", nargs="+",
                         help="built-in env names (default CartPole Pendulum DiscreteDummyEnv; --quick: CartPole DiscreteDummyEnv)")
     parser.add_argument("--hiddens", type=int, nargs="+", default=[64, 64], help="MLP widths (default 64 64)")
     parser.add_argument("--amp", action="store_true", help="mixed precision (bf16 on CPU, fp16 on CUDA)")
@@ -163,7 +165,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up iterations (default 2)")
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
     parser.add_argument("--tag", default="", help="suffix of the results files, e.g. recurrent")
-    parser.add_argument("--out-dir", default="benchmarks/results", help="results directory (default benchmarks/results)")
+    parser.add_argument("--out-dir", help="results directory (default: benchmarks/results of the rlx checkout, "
+                        "else of the current directory)")
 
 
 def _command_line(args: argparse.Namespace) -> str:
@@ -171,13 +174,40 @@ def _command_line(args: argparse.Namespace) -> str:
     parts = ["rlx bench", "--device", args.device]
     parts += ["--quick"] if args.quick else []
     parts += ["--num-envs", *map(str, args.num_envs)] if args.num_envs else []
-    parts += ["--horizon", str(args.horizon), "--algos", *args.algos, "--envs", *args.envs]
-    parts += ["--hiddens", *map(str, args.hiddens), "--iters", str(args.iters), "--threads", str(args.threads)]
+    parts += ["--horizon", str(args.horizon), "--algos", *args.algos, "--envs", *_envs(args)]
+    parts += ["--hiddens", *map(str, args.hiddens), "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    parts += ["--threads", str(args.threads)]
     parts += ["--amp"] if args.amp else []
     parts += ["--cudagraphs"] if args.cudagraphs else []
     parts += ["--compile"] if args.compile else []
     parts += ["--tag", args.tag] if args.tag else []
     return " ".join(parts)
+
+
+def _envs(args: argparse.Namespace) -> list[str]:
+    if args.envs:
+        return list(args.envs)
+    return ["CartPole", "DiscreteDummyEnv"] if args.quick else ["CartPole", "Pendulum", "DiscreteDummyEnv"]
+
+
+#: The checkout rlx runs from (its git commit is recorded), when it is one.
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def _default_out_dir() -> Path:
+    checkout = _REPO / "benchmarks"
+    return checkout / "results" if checkout.is_dir() else Path.cwd() / "benchmarks" / "results"
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,13 +229,13 @@ def run(args: argparse.Namespace) -> int:
         sizes = [64, 1024]
     else:
         sizes = [64, 1024, 4096, 16384] + ([65536] if device.type == "cuda" else [])
-    envs = ["CartPole", "DiscreteDummyEnv"] if args.quick else args.envs
+    envs = _envs(args)
     rows = []
     for env_name in envs:
         for algo_name in args.algos:
             for b in sizes:
                 row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
-                                3 if args.quick else args.iters, 1 if args.quick else args.warmup,
+                                args.iters, args.warmup,
                                 args.cudagraphs and algo_name == "ppo", args.compile and algo_name == "ppo")
                 rows.append(row)
                 print(
@@ -215,14 +245,16 @@ def run(args: argparse.Namespace) -> int:
                     flush=True,
                 )
     try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+        commit = subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=_REPO
+        ).stdout.strip()
     except OSError:
         commit = ""
     commit = commit or "unknown"
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else (platform.processor() or platform.machine())
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
     meta = {"torch": torch.__version__, "device": str(device), "device_name": name, "threads": args.threads,
-            "commit": commit, "date": time.strftime("%Y-%m-%d")}
-    results = Path(args.out_dir)
+            "iters": args.iters, "warmup": args.warmup, "commit": commit, "date": time.strftime("%Y-%m-%d")}
+    results = Path(args.out_dir) if args.out_dir else _default_out_dir()
     results.mkdir(parents=True, exist_ok=True)
     tag = ("cuda" if device.type == "cuda" else "cpu") + ("_cudagraphs" if args.cudagraphs else "")
     tag += "_compile" if args.compile else ""
@@ -233,8 +265,8 @@ def run(args: argparse.Namespace) -> int:
     lines = [
         f"# rlx throughput on {name} ({meta['device']}), torch {meta['torch']}, {args.threads} threads, commit {commit}",
         "",
-        f"Command: `{_command_line(args)}`; medians of "
-        f"{3 if args.quick else args.iters} iterations after warm-up, T={args.horizon}, MLP {args.hiddens}.",
+        f"Command: `{_command_line(args)}`; medians of {args.iters} iterations after {args.warmup} "
+        f"warm-up iterations, T={args.horizon}, MLP {args.hiddens}.",
         "",
         "| env | algo | B | collect steps/s | update samples/s | end-to-end steps/s | peak MB |",
         "|---|---|---|---|---|---|---|",

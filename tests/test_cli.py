@@ -215,6 +215,28 @@ def test_bench_runs_a_tiny_grid_and_writes_its_results(tmp_path, capsys) -> None
     assert all(r["collect_steps_per_s"] > 0 and r["update_samples_per_s"] > 0 for r in rows)
     table = (out / "throughput_cpu_test.md").read_text()
     assert "`rlx bench --device cpu --num-envs 8 --horizon 4" in table
+    assert all(r["iters"] == 1 and r["warmup"] == 0 for r in rows)
+
+
+def test_bench_quick_honours_its_flags_and_records_what_ran(tmp_path, monkeypatch, capsys) -> None:
+    import json
+    import subprocess
+
+    monkeypatch.chdir(tmp_path)  # the commit comes from rlx's checkout, not from where the command runs
+    out = tmp_path / "results"
+    args = ["bench", "--quick", "--num-envs", "8", "--horizon", "4", "--envs", "Pendulum", "--algos", "ppo",
+            "--threads", "1", "--out-dir", str(out), "--tag", "quick"]
+    assert main(args) == 0
+    rows = [json.loads(line) for line in (out / "throughput_cpu_quick.jsonl").read_text().splitlines()]
+    assert [(r["env"], r["iters"], r["warmup"]) for r in rows] == [("Pendulum", 5, 2)]  # --quick: same counts
+    table = (out / "throughput_cpu_quick.md").read_text()
+    assert "--envs Pendulum" in table and "medians of 5 iterations after 2 warm-up iterations" in table
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                          cwd=Path(__file__).resolve().parents[1]).stdout.strip()
+    if head:  # a git checkout
+        assert rows[0]["commit"] == head
+    if Path("/proc/cpuinfo").exists():
+        assert rows[0]["device_name"] not in ("x86_64", "aarch64", "")
 
 
 @pytest.mark.skipif(not Path("/proc/self/clear_refs").exists(), reason="per-point peak RSS needs Linux's clear_refs")
