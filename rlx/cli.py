@@ -208,6 +208,10 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the ``rlx`` command; returns the exit status."""
     args = build_parser().parse_args(argv)
+    # Env and model import paths resolve from the current directory too, as under
+    # ``python -m`` (appended: an installed package of the same name still wins).
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
     try:
         return args.func(args)
     except KeyboardInterrupt:

@@ -761,9 +761,15 @@ class Trainer:
         line = f"iter {self.iteration:5d} | env steps {steps:>10,d} | {rate:>9,.0f} steps/s | return {ret:8.2f} | length {length:7.1f}"
         if "eval/return_mean" in metrics:
             line += f" | eval {metrics['eval/return_mean']:8.2f}"
-        limit = self.config.max_env_steps
-        if limit and rate > 0:
-            line += f" | {100 * min(steps / limit, 1):3.0f}% ETA {max(limit - steps, 0) / rate:5.0f} s"
+        # Progress toward the nearest budget: env steps or iterations (metric goals have none).
+        fractions = []
+        if self.config.max_env_steps:
+            fractions.append(steps / self.config.max_env_steps)
+        if self.config.max_iterations:
+            fractions.append(self.iteration / self.config.max_iterations)
+        if fractions and self.wall_s > 0:
+            done = min(max(fractions), 1.0)
+            line += f" | {100 * done:3.0f}% ETA {self.wall_s * (1 - done) / max(done, 1e-9):5.0f} s"
         if self._tty:
             print("\r" + line, end="\n" if final else "", flush=True)
         elif final or self.iteration % self.config.log_every == 0:

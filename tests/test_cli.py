@@ -248,3 +248,12 @@ def test_bench_reports_each_grid_points_own_peak_rss() -> None:
     del blob
     row = bench_one("CartPole", "ppo", 8, 4, "cpu", [8], False, iters=1, warmup=0)
     assert row["peak_memory_mb"] < peak_with_blob - 256, (row["peak_memory_mb"], peak_with_blob)
+
+
+def test_import_paths_resolve_from_the_current_directory_as_under_python_m(tmp_path, monkeypatch, capsys) -> None:
+    # The `rlx` console script does not put the current directory on sys.path by itself.
+    (tmp_path / "corridor_here.py").write_text("from rlx.envs import CartPole\n\nclass Corridor(CartPole):\n    pass\n")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
+    assert main(["check-env", "corridor_here:Corridor", "--steps", "20"]) == 0
+    assert "Corridor: passes" in capsys.readouterr().out

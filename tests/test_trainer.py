@@ -281,3 +281,10 @@ def test_tensorboard_keeps_the_scalars_logged_before_a_resume(tmp_path) -> None:
     events = event_accumulator.EventAccumulator(str(tmp_path / "tensorboard"))
     events.Reload()
     assert [e.step for e in events.Scalars("returns/mean")] == [128, 256, 384, 512]
+
+
+def test_progress_counts_toward_max_iterations_too(capsys) -> None:
+    trainer = Trainer(AlgorithmConfig(**SMALL).build(CartPole), TrainerConfig(max_iterations=2, progress=True, log_every=1))
+    trainer.run()
+    lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter")]
+    assert " 50% ETA" in lines[0] and "100% ETA     0 s" in lines[-1]
