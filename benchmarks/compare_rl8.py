@@ -8,10 +8,14 @@ unchanged, with the same settings: 256x256 separate ReLU actor and critic MLPs, 
 minibatch = the whole buffer, 4 epochs, rl8's env reset every collect
 (``horizons_per_env_reset=1``), reward normalization on. For each B it alternates rl8 and
 rlx iterations and reports medians of collect, step and end-to-end env steps/s, and the
-rlx / rl8 ratio of each (above 1: rlx is faster). rlx's switches, which rl8 lacks, are
-off unless asked for: ``--compile`` (``compile=True``) and ``--amp`` (``enable_amp=True``:
-bf16 autocast in the update on a CPU, fp16 on CUDA; rl8 stays float32). Every row
-records them. Appends to ``benchmarks/results/compare_rl8.jsonl``.
+rlx / rl8 ratio of each (above 1: rlx is faster); step samples/s here is N / step time
+(``rlx bench`` counts N x epochs). rlx runs with its defaults, which include its own
+implementation choices: the whole-buffer minibatch in 2048-row micro-batches on a CPU
+(the same gradient) and fused Adam (the same update up to rounding). Its opt-in
+switches, which rl8 lacks, are off unless asked for: ``--compile`` (``compile=True``)
+and ``--amp`` (``enable_amp=True``: bf16 autocast in the update on a CPU, fp16 on CUDA;
+rl8 stays float32). Every row records them. Two untimed warm-up iterations per library.
+Appends to ``benchmarks/results/compare_rl8.jsonl``.
 """
 
 from __future__ import annotations
@@ -67,10 +71,10 @@ def main() -> None:
                 enable_amp=args.amp,
             ).build(env_cls)
             times = {k: [] for k in ("rl8_collect", "rl8_step", "rlx_collect", "rlx_step")}
-            for i in range(args.repeats + 1):
+            for i in range(args.repeats + 2):
                 c, s = _timed(theirs.collect, device), _timed(theirs.step, device)
                 c2, s2 = _timed(ours.collect, device), _timed(ours.step, device)
-                if i:
+                if i >= 2:
                     times["rl8_collect"].append(c)
                     times["rl8_step"].append(s)
                     times["rlx_collect"].append(c2)

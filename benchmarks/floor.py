@@ -1,6 +1,6 @@
 """The hand-written floor: PPO in plain torch, no framework, against rlx doing the same work.
 
-    python benchmarks/floor.py [--solve-seeds 0 1 2] [--num-envs 1024] [--repeats 7] [--threads 2]
+    python benchmarks/floor.py [--solve-seeds 0 1 2] [--num-envs 1024] [--repeats 7] [--threads 2] [--out FILE]
 
 1. Time to solve CartPole (mean episode length >= 475), hand-written vs rlx, with the same
    hyperparameters (B=32, T=64, 10 epochs, 4 minibatches, lr 2e-3, 64x64 tanh, gamma
@@ -146,12 +146,16 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "floor.jsonl",
+                        help="JSON lines file to append to (default benchmarks/results/floor.jsonl)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    record: dict = {"solve": {}, "phases": {}}
-    for kind in ("floor", "rlx"):
-        runs = [solve(kind, s) for s in args.solve_seeds]
-        record["solve"][kind] = runs
+    record: dict = {"solve": {"floor": [], "rlx": []}, "phases": {}}
+    # Seed by seed, floor then rlx: a slow spell of this shared machine hits both.
+    for seed in args.solve_seeds:
+        for kind in ("floor", "rlx"):
+            record["solve"][kind].append(solve(kind, seed))
+    for kind, runs in record["solve"].items():
         if runs:
             print(f"{kind:5s} time to solve CartPole: " + ", ".join(f"{s} steps {t:.2f} s" for s, t in runs)
                   + f"  | median {statistics.median(t for _, t in runs):.2f} s")
@@ -173,7 +177,8 @@ def main() -> None:
     root = Path(__file__).resolve().parents[1]
     record["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
     record["torch"], record["threads"] = torch.__version__, args.threads
-    with open(root / "benchmarks" / "results" / "floor.jsonl", "a") as f:
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    with open(args.out, "a") as f:
         f.write(json.dumps(record) + "\n")
 
 

@@ -6,7 +6,8 @@
 Goals: a mean episode length >= 475 on CartPole (gymnasium CartPole-v1 dynamics) and a mean
 return >= -250 on Pendulum, measured on the episodes that ended in the latest rollout.
 Times count training only: imports, model and env construction are excluded; each run
-gives up after ``--budget-s`` seconds. Medians over the seeds.
+gives up after ``--budget-s`` seconds. Every system is judged on a rollout before it
+trains on it. Medians over the seeds.
 
 Systems (each skipped, with a line saying so, when its package is not installed):
 
@@ -15,7 +16,9 @@ Systems (each skipped, with a line saying so, when its package is not installed)
   ``ClipPPOLoss``, a ``ReplayBuffer`` sampling without replacement) on rlx's batched
   CartPole through :func:`rlx.envs.to_torchrl`, so the env costs the same; two settings:
   rlx's CartPole hyperparameters (B=32, T=64, 10 epochs, 4 minibatches, lr 2e-3,
-  64x64 tanh) and B=512, T=64 with 4 epochs of 8 minibatches.
+  64x64 tanh) and B=512, T=64 with 4 epochs of 8 minibatches. Its losses are weighted as
+  rlx's (critic 0.5 (V - R)^2) and GAE runs once per rollout, as in rlx, not once per
+  epoch as in TorchRL's tutorial. TorchRL keeps its own weight initialisation.
 * ``sb3_ppo``: Stable-Baselines3's PPO with the RL-Zoo ``CartPole-v1`` hyperparameters (8
   gymnasium envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, lambda 0.8, linear lr
   1e-3 and clip 0.2 schedules over 1e5 steps). Its 256-step rollouts hold one or two
@@ -71,12 +74,13 @@ def run_rlx(algo_name: str, task: str, seed: int, budget_s: float) -> Result:
     best = -math.inf
     start = time.perf_counter()
     while time.perf_counter() - start < budget_s:
+        # Judged on the rollout before training on it, as every system here is.
         value = algo.collect()[key]
-        algo.step()
         if not math.isnan(value):
             best = max(best, value)
             if value >= goal:
                 return _result(True, algo.env_steps, time.perf_counter() - start, best)
+        algo.step()
     return _result(False, algo.env_steps, time.perf_counter() - start, best)
 
 
@@ -110,7 +114,8 @@ def run_torchrl(seed: int, budget_s: float, *, num_envs: int, horizon: int, epoc
     n = num_envs * horizon
     collector = SyncDataCollector(env, actor, frames_per_batch=n, total_frames=-1)
     advantage = GAE(gamma=0.99, lmbda=0.95, value_network=critic, average_gae=True)
-    loss_fn = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_bonus=False, critic_coeff=1.0, loss_critic_type="l2")
+    # TorchRL's "l2" critic loss is (V - R)^2; rlx's is 0.5 (V - R)^2 with vf_coeff 1.
+    loss_fn = ClipPPOLoss(actor, critic, clip_epsilon=0.2, entropy_bonus=False, critic_coeff=0.5, loss_critic_type="l2")
     optimizer = torch.optim.Adam(loss_fn.parameters(), lr=lr)
     buffer = ReplayBuffer(storage=LazyTensorStorage(n), sampler=SamplerWithoutReplacement(), batch_size=n // minibatches)
     running = torch.zeros(num_envs)
@@ -132,10 +137,12 @@ def run_torchrl(seed: int, budget_s: float, *, num_envs: int, horizon: int, epoc
             if mean >= 475:
                 collector.shutdown()
                 return _result(True, env_steps, time.perf_counter() - start, best)
+        # GAE once per rollout, with the values before the update, as rlx (and rl8,
+        # SB3) do; TorchRL's tutorial recomputes it every epoch, 10x the value passes.
+        with torch.no_grad():
+            advantage(data)
+        buffer.extend(data.reshape(-1))
         for _ in range(epochs):
-            with torch.no_grad():
-                advantage(data)
-            buffer.extend(data.reshape(-1))
             for _ in range(minibatches):
                 batch = buffer.sample()
                 losses = loss_fn(batch)
@@ -245,7 +252,6 @@ def run_rl8(seed: int, budget_s: float, *, reward: str) -> Result:
     while time.perf_counter() - start < budget_s:
         RecordedCartPole.ended = []
         algo.collect()
-        algo.step()
         env_steps += 512 * 64
         ended = torch.cat(RecordedCartPole.ended)
         if ended.numel():
@@ -253,6 +259,7 @@ def run_rl8(seed: int, budget_s: float, *, reward: str) -> Result:
             best = max(best, mean)
             if mean >= 475:
                 return _result(True, env_steps, time.perf_counter() - start, best)
+        algo.step()
     return _result(False, env_steps, time.perf_counter() - start, best)
 
 
