@@ -381,13 +381,14 @@ RESUME_MUST_MATCH = ("env", "env_kwargs", "algorithm", "config.num_envs", "confi
 
 def _config_differences(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:
     """``{"config.field": (saved, current)}`` for the env, algorithm and algorithm fields
-    that differ (the trainer section may change freely on resume)."""
+    that differ. The trainer section may change freely on resume, and so may ``seed``: it
+    seeds a fresh run only, as a resume restores the RNG states."""
     out: dict[str, tuple[Any, Any]] = {}
     for key in ("env", "env_kwargs", "algorithm"):
         if saved.get(key) != current.get(key):
             out[key] = (saved.get(key), current.get(key))
     saved_cfg, current_cfg = saved.get("config") or {}, current.get("config") or {}
-    for key in sorted(saved_cfg.keys() | current_cfg.keys()):
+    for key in sorted((saved_cfg.keys() | current_cfg.keys()) - {"seed"}):
         if saved_cfg.get(key) != current_cfg.get(key):
             out[f"config.{key}"] = (saved_cfg.get(key), current_cfg.get(key))
     return out

@@ -608,7 +608,7 @@ class Algorithm(ABC):
 
     def _params_finite(self) -> Tensor:
         """``[]`` float32, 1 when every policy parameter is finite, else 0: stays on the
-        device for step()'s one transfer (a NaN or inf entry makes the total norm one)."""
+        device for step()'s one transfer (a NaN or inf entry makes the total norm non-finite)."""
         params = [p.detach() for p in self.policy.model.parameters()]
         total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
         if total_norm is not None:
