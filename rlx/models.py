@@ -96,11 +96,28 @@ def _widths(hiddens: Sequence[int], *, allow_empty: bool) -> list[int]:
     return widths
 
 
-def _mlp(sizes: Sequence[int], activation: type[nn.Module], out_gain: float) -> nn.Sequential:
+class Float32Linear(nn.Linear):
+    """A ``Linear`` that computes in float32 even under autocast: the output heads.
+
+    Their outputs (logits, means, values) feed the losses and GAE directly; in bf16 a value
+    near 100 is only resolved to 0.5, which the value loss would mostly measure. The heads
+    are the smallest layers, so float32 there costs next to nothing; the hidden layers keep
+    the mixed precision."""
+
+    def forward(self, x: Tensor) -> Tensor:
+        if torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(device_type=x.device.type, enabled=False):
+                return super().forward(x.float())
+        return super().forward(x)
+
+
+def _mlp(sizes: Sequence[int], activation: type[nn.Module], out_gain: float, *, head: bool = False) -> nn.Sequential:
+    """Linear layers of ``sizes`` with ``activation`` between them; ``head``: the last
+    layer is a :class:`Float32Linear`."""
     layers: list[nn.Module] = []
     for i, (fan_in, fan_out) in enumerate(zip(sizes[:-1], sizes[1:])):
-        linear = nn.Linear(fan_in, fan_out)
         last = i == len(sizes) - 2
+        linear = (Float32Linear if head and last else nn.Linear)(fan_in, fan_out)
         # Orthogonal init (sqrt(2) hidden, small policy head): the usual PPO recipe that
         # starts the policy near uniform and the critic near zero.
         nn.init.orthogonal_(linear.weight, out_gain if last else math.sqrt(2.0))
@@ -142,8 +159,8 @@ class MLPActorCritic(nn.Module):
         self.observation_spec = observation_spec
         d = obs_feature_size(observation_spec)
         num_dependent, num_independent = num_params
-        self.actor = _mlp([d, *hiddens, num_dependent], activation, out_gain=0.01)
-        self.critic = _mlp([d, *hiddens, 1], activation, out_gain=1.0)
+        self.actor = _mlp([d, *hiddens, num_dependent], activation, out_gain=0.01, head=True)
+        self.critic = _mlp([d, *hiddens, 1], activation, out_gain=1.0, head=True)
         self.log_std = (
             nn.Parameter(torch.full((num_independent,), float(log_std_init))) if num_independent else None
         )
@@ -238,10 +255,10 @@ class RecurrentActorCritic(nn.Module):
             nn.init.zeros_(core.bias_ih)
             nn.init.zeros_(core.bias_hh)
         num_dependent, num_independent = num_params
-        self.actor = nn.Linear(hidden_size, num_dependent)
+        self.actor = Float32Linear(hidden_size, num_dependent)
         nn.init.orthogonal_(self.actor.weight, 0.01)
         nn.init.zeros_(self.actor.bias)
-        self.critic = nn.Linear(hidden_size, 1)
+        self.critic = Float32Linear(hidden_size, 1)
         nn.init.orthogonal_(self.critic.weight, 1.0)
         nn.init.zeros_(self.critic.bias)
         self.log_std = (

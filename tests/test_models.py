@@ -139,3 +139,19 @@ def test_the_recurrent_model_reads_composite_observations() -> None:
     obs = spec.rand((3, 5))  # [B, L]
     params, values, state = model(obs, model.initial_state(3), torch.zeros(3, 5, dtype=torch.bool))
     assert params.shape == (3, 5, 2) and values.shape == (3, 5, 1) and state.shape == (3, 1, 2, 4)
+
+
+def test_output_heads_compute_in_float32_under_autocast() -> None:
+    # Values near 100 in bf16 are resolved only to 0.5: the value loss would measure rounding.
+    model = MLPActorCritic(Unbounded(shape=(4,)), Categorical(2), num_params=(2, 0), hiddens=[16, 16])
+    obs = torch.randn(32, 4) * 30
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        params, values = model(obs)
+        hidden = model.critic[:-1](obs)  # bf16 features, as the head receives them
+    assert params.dtype == values.dtype == torch.float32 and hidden.dtype == torch.bfloat16
+    head = model.critic[-1]
+    assert torch.equal(values, torch.nn.functional.linear(hidden.float(), head.weight, head.bias))
+    recurrent = RecurrentActorCritic(Unbounded(shape=(3,)), Categorical(2), num_params=(2, 0), hidden_size=4)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        head_out, value_out, _ = recurrent(torch.randn(2, 3, 3), recurrent.initial_state(2), torch.zeros(2, 3, dtype=torch.bool))
+    assert head_out.dtype == value_out.dtype == torch.float32
