@@ -158,7 +158,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="built-in env names (default CartPole Pendulum DiscreteDummyEnv; --quick: CartPole DiscreteDummyEnv)")
     parser.add_argument("--hiddens", type=int, nargs="+", default=[64, 64], help="MLP widths (default 64 64)")
     parser.add_argument("--amp", action="store_true", help="mixed precision (bf16 on CPU, fp16 on CUDA)")
-    parser.add_argument("--cudagraphs", action="store_true", help="PPO: CUDA-graph the minibatch update")
+    parser.add_argument("--cudagraphs", action="store_true", help="PPO: CUDA-graph the minibatch update, and collect's T loop for graph-safe envs")
     parser.add_argument("--compile", action="store_true",
                         help="PPO: torch.compile acting, values and losses (warm-up iterations include compiling)")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per point, after warm-up (default 5)")

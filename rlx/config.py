@@ -302,7 +302,11 @@ class AlgorithmConfig(CommonConfig):
     #: a capturable Adam with a tensor LR) in a CUDA graph and replay it, removing the
     #: per-kernel launch cost. Needs equal minibatches (``sgd_minibatch_size`` dividing
     #: ``num_envs * horizon``), no AMP, no gradient accumulation, one process and tensor
-    #: observations. The first 3 minibatches run eagerly to warm up.
+    #: observations. The first 3 minibatches run eagerly to warm up. With an env that
+    #: declares ``graph_safe = True`` (the built-in envs do; see :class:`rlx.env.Env`),
+    #: collect's whole T loop (acting, env steps, buffer writes) is captured too: the
+    #: first 2 collects of each mode (sampling, deterministic) run eagerly, the 3rd
+    #: captures, later ones replay. Other envs keep the eager T loop.
     cudagraphs: bool = False
 
     def __post_init__(self) -> None:

@@ -57,6 +57,7 @@ __all__ = [
     "check_devices",
     "canonical_device",
     "check_step_output",
+    "env_is_graph_safe",
 ]
 
 OBS = "obs"
@@ -94,6 +95,14 @@ class Env(ABC):
     max_num_envs: ClassVar[int]
     #: Optional limit on ``horizon``; checked at construction and at build.
     max_horizon: ClassVar[int]
+    #: The env's ``step`` may be captured in a CUDA graph and replayed (``AlgorithmConfig(
+    #: cudagraphs=True)`` then captures collect's whole T loop). Declare it only if
+    #: ``step``: keeps its state in tensors that it updates in place (``copy_``, ``add_``;
+    #: never rebinding an attribute to a new tensor, which a replay would not see), never
+    #: syncs with the host, has no Python-side state that changes from step to step, and
+    #: returns the same keys, shapes and dtypes on every call. A replay then runs exactly
+    #: what an eager step would. The built-in envs declare it; the default is False.
+    graph_safe: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -123,6 +132,15 @@ class EnvFactory(Protocol):
     def __call__(
         self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu"
     ) -> Env: ...
+
+
+def env_is_graph_safe(env: Any) -> bool:
+    """Whether ``env`` (an instance or class) declares ``graph_safe = True``.
+
+    Duck-typed envs that never subclass :class:`Env` are not graph safe unless they say
+    so; a truthy non-bool (a mock, a string) does not count.
+    """
+    return getattr(env, "graph_safe", False) is True
 
 
 def check_env_limits(env_cls: Any, num_envs: int, horizon: int | None) -> None:

@@ -253,3 +253,21 @@ def test_rl8_style_env_builds_and_learns_unchanged() -> None:
         algo.step()
         last = algo.collect()["rewards/mean"]
     assert last > first + 1.0
+
+
+def test_only_envs_that_declare_graph_safe_true_are_captured_in_cuda_graphs() -> None:
+    import rlx.envs
+    from rlx.env import env_is_graph_safe
+
+    builtin = ["CartPole", "CartPoleNoVelocity", "Acrobot", "Pendulum", "MountainCarContinuous", "PointMass",
+               "CueRecall", "DiscreteDummyEnv", "ContinuousDummyEnv"]
+    for name in builtin:
+        env_cls = getattr(rlx.envs, name)
+        assert env_is_graph_safe(env_cls) and env_is_graph_safe(env_cls(2)), name
+    # The default, an Env subclass that says nothing, a duck-typed rl8-style env, adapters
+    # around host simulators, and a truthy non-bool are all eager.
+    assert Env.graph_safe is False and not env_is_graph_safe(ConfigurableEnv)
+    assert not env_is_graph_safe(type("Rl8Style", (), {})) and not env_is_graph_safe(rlx.envs.GymnasiumEnv)
+    assert not env_is_graph_safe(type("Truthy", (), {"graph_safe": "yes"}))
+    algo = AlgorithmConfig(num_envs=4, horizon=4, device="cpu").build(rlx.envs.CartPole)
+    assert not algo._collect_graphed  # cudagraphs is off (and CUDA only)

@@ -67,8 +67,10 @@ def test_cudagraphed_update_replays_without_syncs_and_learns_like_eager() -> Non
         graphed.collect()
         graphed.step()
     assert graphed._graph is not None
-    for stats in _run_without_syncs(graphed):
+    assert graphed._collect_graphed and not graphed._collect_graphs  # 2 eager warm-up collects so far
+    for stats in _run_without_syncs(graphed):  # its warm-up collect captures; the rest replay
         assert all(isinstance(v, float) for v in stats.values())
+    assert set(graphed._collect_graphs) == {False}  # one graph: the sampling collect
     assert graphed.lr == 5e-4  # the tensor LR was updated in place for the captured Adam
 
     import math
@@ -85,6 +87,74 @@ def test_cudagraphed_update_replays_without_syncs_and_learns_like_eager() -> Non
             best = max(best, 0.0 if math.isnan(length) else length)
         solved[cudagraphs] = best
     assert solved[False] >= 475 and solved[True] >= 475
+
+
+def _rollout(algo) -> dict[str, torch.Tensor]:
+    return {k: v.clone() for k, v in algo.buffer.items(include_nested=True, leaves_only=True)}
+
+
+@pytest.mark.parametrize("normalize_obs", [False, True])
+def test_cudagraphed_collect_replays_the_eager_rollout_bit_for_bit(normalize_obs: bool) -> None:
+    from rlx.algorithms.base import COLLECT_GRAPH_WARMUPS
+    from rlx.envs import DiscreteDummyEnv
+
+    def build(cudagraphs: bool):
+        return AlgorithmConfig(
+            num_envs=64, horizon=8, device="cuda", seed=0, cudagraphs=cudagraphs, normalize_obs=normalize_obs,
+            horizons_per_env_reset=3,
+        ).build(DiscreteDummyEnv)
+
+    eager, graphed = build(False), build(True)
+    assert graphed._collect_graphed and not eager._collect_graphed
+    for i in range(COLLECT_GRAPH_WARMUPS + 3):  # warm-ups, the capture, then replays
+        # Deterministic actions and a deterministic env: no RNG inside the T loop, so the
+        # two must agree to the bit. Column 0 comes from a reset every 3rd collect.
+        for algo in (eager, graphed):
+            torch.manual_seed(100 + i)  # the two share the device generator; resets draw from it
+            algo.collect(deterministic=True)
+        assert (True in graphed._collect_graphs) == (i >= COLLECT_GRAPH_WARMUPS)
+        a, b = _rollout(eager), _rollout(graphed)
+        for key in a:
+            assert torch.equal(a[key], b[key]), (i, key)
+        # The graph must read the live parameters and normalizer statistics: change them
+        # in place, the way an update does, identically on both.
+        with torch.no_grad():
+            for algo in (eager, graphed):
+                for p in algo.policy.model.parameters():
+                    p.mul_(0.9).add_(0.01)
+                algo.policy.update_obs_stats(algo.buffer.get("obs")[:, 1:].reshape(-1, 1))
+
+
+def test_cudagraphed_collect_replays_identically_from_the_same_state() -> None:
+    from rlx.envs import CartPole
+
+    algo = AlgorithmConfig(num_envs=128, horizon=16, device="cuda", seed=0, cudagraphs=True).build(CartPole)
+    for _ in range(3):
+        algo.collect()
+    assert False in algo._collect_graphs
+    state = algo.state_dict()  # env state, last observation, RNG states
+    first = (algo.collect(), _rollout(algo))
+    algo.load_state_dict(state)  # in place: the captured graph keeps its addresses
+    second = (algo.collect(), _rollout(algo))
+    assert {k: v for k, v in first[0].items() if not k.startswith("profiling")} == {
+        k: v for k, v in second[0].items() if not k.startswith("profiling")
+    }
+    for key in first[1]:
+        assert torch.equal(first[1][key], second[1][key]), key
+
+
+def test_envs_that_are_not_graph_safe_keep_the_eager_collect() -> None:
+    from rlx.envs import CartPole
+
+    class Unsafe(CartPole):
+        graph_safe = False
+
+    algo = AlgorithmConfig(num_envs=64, horizon=8, device="cuda", seed=0, cudagraphs=True).build(Unsafe)
+    assert not algo._collect_graphed
+    for _ in range(4):
+        algo.collect()
+        algo.step()
+    assert not algo._collect_graphs and algo._graph is not None  # the update is still graphed
 
 
 @pytest.mark.parametrize(

@@ -33,6 +33,7 @@ from rlx.env import (
     check_env_limits,
     check_obs,
     check_step_output,
+    env_is_graph_safe,
 )
 from rlx.gae import generalized_advantage_estimate_
 from rlx.normalization import RewardScaler
@@ -43,13 +44,18 @@ if TYPE_CHECKING:
     from rlx.config import CommonConfig
     from rlx.env import EnvFactory
 
-__all__ = ["Algorithm", "VALUE_PASS_ROWS"]
+__all__ = ["Algorithm", "VALUE_PASS_ROWS", "COLLECT_GRAPH_WARMUPS"]
 
 #: Rows per forward pass on a CPU, for the actor in collect's T loop and the value passes
 #: after it: the fastest per row for 64- to 256-wide MLPs on this project's CPU (larger
 #: passes spill out of cache and cost up to 3x more per row). CUDA runs one pass of up to
 #: 2**20 rows.
 VALUE_PASS_ROWS = 2048
+
+#: With ``cudagraphs=True`` and a graph-safe env, the first collects of each mode run
+#: eagerly on a side stream (lazy CUDA init, allocator and cuBLAS warm-up, as capture
+#: requires); the next one captures the T loop, and every later one replays it.
+COLLECT_GRAPH_WARMUPS = 2
 
 Obs = Tensor | TensorDictBase
 
@@ -149,6 +155,16 @@ class Algorithm(ABC):
         # What collect calls to act and to value observations (PPO may compile them).
         self._sample_actions = self.policy.sample_actions
         self._values = self.policy.value
+        # cudagraphs=True with a graph-safe env: collect's T loop is captured once per
+        # mode (sampling, deterministic) and replayed (see _graphed_collect_steps).
+        self._collect_graphed = (
+            bool(getattr(config, "cudagraphs", False))
+            and self.device.type == "cuda"
+            and env_is_graph_safe(self.env)
+            and not self.policy.recurrent
+        )
+        self._collect_graphs: dict[bool, torch.cuda.CUDAGraph] = {}
+        self._collect_warmups: dict[bool, int] = {}
         if self.world_size > 1:
             rdist.check_same_on_all_ranks(
                 {n: list(p.shape) for n, p in self.policy.named_parameters()}, "the model's parameters"
@@ -327,34 +343,11 @@ class Algorithm(ABC):
         else:
             obs_cols[0].copy_(obs_cols[T])
         self._begin_collect(reset_all)
-
+        if self._collect_graphed:
+            self._graphed_collect_steps(deterministic)
+        else:
+            self._collect_steps(deterministic)
         terminates, truncates = self._env_terminates, self._env_truncates
-        for t in range(T):
-            act = self._act(t, obs_cols[t], deterministic)
-            # Into the buffer before the env sees them: an env may modify its actions in
-            # place (a clamp_), and the buffer must keep what logp was computed for.
-            self._action_cols[t].copy_(act.actions)
-            self._logp_cols[t].copy_(act.logp)
-            if not self._values_after_loop:
-                self._value_cols[t].copy_(act.values)
-            out = self.env.step(act.env_actions)
-            self._reward_cols[t].copy_(out.get(REWARDS))
-            if terminates:
-                self._terminated_cols[t].copy_(out.get(TERMINATED))
-            elif TERMINATED in out.keys():
-                raise EnvOutputError(
-                    f"{type(self.env).__name__}.step() returned 'terminated' at step {t} but not "
-                    "when validated; an env must return the same keys on every step"
-                )
-            if truncates:
-                self._truncated_cols[t].copy_(out.get(TRUNCATED))
-                self._final_obs_cols[t].copy_(out.get(FINAL_OBS))
-            elif TRUNCATED in out.keys():
-                raise EnvOutputError(
-                    f"{type(self.env).__name__}.step() returned 'truncated' at step {t} but not "
-                    "when validated; an env must return the same keys on every step"
-                )
-            obs_cols[t + 1].copy_(out.get(OBS))
         buf = self.buffer
         if self._values_after_loop:
             # V of every column, the bootstrap column T included, in batched passes: with
@@ -398,6 +391,76 @@ class Algorithm(ABC):
             "env/steps": float(B * T * self.world_size),
             "profiling/collect_ms": 1e3 * (time.perf_counter() - start),
         }
+
+    def _collect_steps(self, deterministic: bool) -> None:
+        """The T loop: act, step the env, and write every column into the buffer.
+
+        Column 0's observations are in place when it starts. Everything it touches lives
+        at fixed addresses (the buffer's column views, the policy's parameters and
+        normalizer statistics, a graph-safe env's state), which is what lets
+        :meth:`_graphed_collect_steps` replay it as one CUDA graph.
+        """
+        obs_cols = self._obs_cols
+        T = self.horizon
+        terminates, truncates = self._env_terminates, self._env_truncates
+        for t in range(T):
+            act = self._act(t, obs_cols[t], deterministic)
+            # Into the buffer before the env sees them: an env may modify its actions in
+            # place (a clamp_), and the buffer must keep what logp was computed for.
+            self._action_cols[t].copy_(act.actions)
+            self._logp_cols[t].copy_(act.logp)
+            if not self._values_after_loop:
+                self._value_cols[t].copy_(act.values)
+            out = self.env.step(act.env_actions)
+            self._reward_cols[t].copy_(out.get(REWARDS))
+            if terminates:
+                self._terminated_cols[t].copy_(out.get(TERMINATED))
+            elif TERMINATED in out.keys():
+                raise EnvOutputError(
+                    f"{type(self.env).__name__}.step() returned 'terminated' at step {t} but not "
+                    "when validated; an env must return the same keys on every step"
+                )
+            if truncates:
+                self._truncated_cols[t].copy_(out.get(TRUNCATED))
+                self._final_obs_cols[t].copy_(out.get(FINAL_OBS))
+            elif TRUNCATED in out.keys():
+                raise EnvOutputError(
+                    f"{type(self.env).__name__}.step() returned 'truncated' at step {t} but not "
+                    "when validated; an env must return the same keys on every step"
+                )
+            obs_cols[t + 1].copy_(out.get(OBS))
+
+    def _graphed_collect_steps(self, deterministic: bool) -> None:
+        """:meth:`_collect_steps` through a CUDA graph, one per mode (sampling or
+        deterministic): :data:`COLLECT_GRAPH_WARMUPS` eager warm-ups on a side stream,
+        then one capture, then replays.
+
+        A replay launches the T steps' kernels at once, with no Python and no per-kernel
+        launch cost. It reads the same tensors the capture did: the buffer columns, the
+        policy's parameters and normalizer statistics (every update writes them in
+        place), and the env's state, which a graph-safe env also updates in place.
+        Random draws replay from the device generator's current state, as eager ones.
+        """
+        graph = self._collect_graphs.get(deterministic)
+        if graph is not None:
+            graph.replay()
+            return
+        stream = torch.cuda.current_stream(self.device)
+        warmups = self._collect_warmups.get(deterministic, 0)
+        if warmups < COLLECT_GRAPH_WARMUPS:
+            side = torch.cuda.Stream(self.device)
+            side.wait_stream(stream)
+            with torch.cuda.stream(side):
+                self._collect_steps(deterministic)
+            stream.wait_stream(side)
+            self._collect_warmups[deterministic] = warmups + 1
+            return
+        graph = torch.cuda.CUDAGraph()
+        with allowed_sync():  # SYNC: once per mode; capture begins with a device synchronize
+            with torch.cuda.graph(graph):
+                self._collect_steps(deterministic)
+        self._collect_graphs[deterministic] = graph
+        graph.replay()  # capture records the kernels without running them
 
     # Hooks of collect(), overridden by the recurrent algorithm: each runs inside the T
     # loop or right after it, so none may sync with the host.
