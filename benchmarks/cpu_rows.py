@@ -24,6 +24,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from rlx.bench import cpu_name
+
 
 def _per_call_s(fn, calls: int) -> float:
     for _ in range(3):
@@ -67,7 +69,7 @@ def main() -> None:
     root = Path(__file__).resolve().parents[1]
     record["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                       cwd=root).stdout.strip()
-    record["torch"], record["threads"] = torch.__version__, args.threads
+    record["torch"], record["threads"], record["cpu"] = torch.__version__, args.threads, cpu_name()
     with open(root / "benchmarks" / "results" / "cpu_rows.jsonl", "a") as f:
         f.write(json.dumps(record) + "\n")
 

@@ -27,6 +27,7 @@ import torch
 from torch import nn
 
 from rlx import AlgorithmConfig
+from rlx.bench import cpu_name
 from rlx.envs import CartPole
 
 
@@ -176,7 +177,7 @@ def main() -> None:
           f"rlx {med['rlx_update']:.1f} ms (rlx/floor {med['rlx_update'] / med['floor_update']:.2f})")
     root = Path(__file__).resolve().parents[1]
     record["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
-    record["torch"], record["threads"] = torch.__version__, args.threads
+    record["torch"], record["threads"], record["cpu"] = torch.__version__, args.threads, cpu_name()
     args.out.parent.mkdir(parents=True, exist_ok=True)
     with open(args.out, "a") as f:
         f.write(json.dumps(record) + "\n")

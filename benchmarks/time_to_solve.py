@@ -47,6 +47,7 @@ from typing import Any, Callable
 import torch
 from torch import nn
 
+from rlx.bench import cpu_name
 from rlx.envs import CartPole
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -305,7 +306,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    meta: dict[str, Any] = {"torch": torch.__version__, "threads": args.threads, "commit": commit,
+    meta: dict[str, Any] = {"torch": torch.__version__, "threads": args.threads, "commit": commit, "cpu": cpu_name(),
                             "budget_s": args.budget_s, "date": time.strftime("%Y-%m-%d")}
     RESULTS.mkdir(exist_ok=True)
     table = ["| task | system | solved | median env steps | median seconds | best (median) |", "|---|---|---|---|---|---|"]

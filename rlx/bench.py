@@ -46,7 +46,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # imported when the benchmark runs: `rlx --help` stays light
     import torch
 
-__all__ = ["add_arguments", "bench_one", "main", "run"]
+__all__ = ["add_arguments", "bench_one", "cpu_name", "main", "run"]
 
 
 def _sync(device: torch.device) -> None:
@@ -199,7 +199,8 @@ def _default_out_dir() -> Path:
     return checkout / "results" if checkout.is_dir() else Path.cwd() / "benchmarks" / "results"
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo``), for results files: timings belong to it."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -251,7 +252,7 @@ def run(args: argparse.Namespace) -> int:
     except OSError:
         commit = ""
     commit = commit or "unknown"
-    name = torch.cuda.get_device_name(device) if device.type == "cuda" else _cpu_name()
+    name = torch.cuda.get_device_name(device) if device.type == "cuda" else cpu_name()
     meta = {"torch": torch.__version__, "device": str(device), "device_name": name, "threads": args.threads,
             "iters": args.iters, "warmup": args.warmup, "commit": commit, "date": time.strftime("%Y-%m-%d")}
     results = Path(args.out_dir) if args.out_dir else _default_out_dir()
