@@ -9,6 +9,11 @@
    in passes of ``rows``: nanoseconds per row. Passes larger than a few thousand rows
    spill out of cache; rlx's ``VALUE_PASS_ROWS`` and ``micro_batch_size`` defaults
    (2048) come from this table.
+3. rlx's PPO ``step()`` on a B=1024, T=32 rollout (8192-sample minibatches, 4 epochs) by
+   ``micro_batch_size``, for 64-, 128- and 256-wide MLPs: milliseconds per step, medians
+   of 5 after 2 warm-ups, the pass sizes interleaved. Small passes repeat the dispatch of
+   a hundred-odd ops per pass; large ones spill out of cache. ``CPU_MICRO_BATCH_SIZE``
+   (4096) comes from this table (``--no-update`` skips it).
 
 Prints two markdown tables; results are appended to ``benchmarks/results/cpu_rows.jsonl``.
 """
@@ -36,9 +41,39 @@ def _per_call_s(fn, calls: int) -> float:
     return (time.perf_counter() - start) / calls
 
 
+def _update_table() -> list[dict]:
+    import statistics
+
+    from rlx import AlgorithmConfig
+    from rlx.envs import CartPole
+
+    micros = (1024, 2048, 4096, 8192)
+    rows = []
+    print("\n| MLP width | " + " | ".join(f"step ms, passes of {m}" for m in micros) + " |\n|---|" + "---|" * len(micros))
+    for width in (64, 128, 256):
+        algos = {
+            m: AlgorithmConfig(num_envs=1024, horizon=32, num_sgd_iters=4, sgd_minibatch_size=8192, micro_batch_size=m,
+                               model_config={"hiddens": [width, width]}, device="cpu", seed=0).build(CartPole)
+            for m in micros
+        }
+        times: dict[int, list[float]] = {m: [] for m in micros}
+        for i in range(7):
+            for m, algo in algos.items():
+                algo.collect()
+                start = time.perf_counter()
+                algo.step()
+                if i >= 2:
+                    times[m].append(time.perf_counter() - start)
+        row = {"width": width, **{str(m): 1e3 * statistics.median(t) for m, t in times.items()}}
+        rows.append(row)
+        print(f"| {width} | " + " | ".join(f"{row[str(m)]:.0f}" for m in micros) + " |")
+    return rows
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--no-update", action="store_true", help="skip the step() table by micro_batch_size")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     record: dict = {"gemm": [], "mlp": []}
@@ -66,6 +101,8 @@ def main() -> None:
                 ns = seconds / total * 1e9
                 record["mlp"].append({"width": width, "rows": rows, "ns_per_row": ns})
                 print(f"| {width} | {rows} | {ns:.0f} |")
+    if not args.no_update:
+        record["update"] = _update_table()
     root = Path(__file__).resolve().parents[1]
     record["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                                       cwd=root).stdout.strip()

@@ -31,10 +31,29 @@ if TYPE_CHECKING:
     from rlx.config import AlgorithmConfig
     from rlx.env import EnvFactory
 
-__all__ = ["PPO", "PPOLosses", "ppo_losses", "CPU_MICRO_BATCH_SIZE"]
+__all__ = ["PPO", "PPOLosses", "ppo_losses", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE", "default_cpu_micro_batch_size"]
 
-#: Default ``micro_batch_size`` on a CPU: whole-buffer passes spill out of cache.
-CPU_MICRO_BATCH_SIZE = 2048
+#: Default ``micro_batch_size`` on a CPU for models up to 128 wide; wider ones get
+#: :data:`CPU_WIDE_MICRO_BATCH_SIZE`. Whole-buffer passes spill out of cache (32k rows:
+#: 1.5-2x slower per row), and small passes repeat the dispatch of a hundred-odd ops per
+#: pass. ``python benchmarks/cpu_rows.py``'s step() table (B=1024, T=32, 8192-sample
+#: minibatches, passes of 1024 / 2048 / 4096 / 8192 rows, an Intel Xeon with AMX, 2
+#: threads, three runs): a 64x64 MLP took 187-191 / 128-134 / 103-119 / 122-165 ms,
+#: 128x128 202-233 ms at 4096 against 220-228 ms at 2048.
+CPU_MICRO_BATCH_SIZE = 4096
+#: Default ``micro_batch_size`` on a CPU for models wider than 128 (their activations
+#: per row are larger): a 256x256 MLP took 532-567 ms at 2048 against 603-607 ms at
+#: 4096 in two of three runs (475 against 485 ms in the third).
+CPU_WIDE_MICRO_BATCH_SIZE = 2048
+
+
+def default_cpu_micro_batch_size(model: torch.nn.Module) -> int:
+    """``micro_batch_size`` on a CPU for ``model``: by its widest ``Linear`` output (or
+    recurrent cell), :data:`CPU_MICRO_BATCH_SIZE` up to 128 wide, else
+    :data:`CPU_WIDE_MICRO_BATCH_SIZE` (also for a model with neither)."""
+    widths = [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    widths += [m.hidden_size for m in model.modules() if isinstance(m, torch.nn.RNNCellBase)]
+    return CPU_MICRO_BATCH_SIZE if widths and max(widths) <= 128 else CPU_WIDE_MICRO_BATCH_SIZE
 
 
 class PPOLosses(NamedTuple):
@@ -148,7 +167,7 @@ class PPO(Algorithm):
         """Units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
         micro = self.config.micro_batch_size
         if micro is None:
-            micro = CPU_MICRO_BATCH_SIZE if self.device.type == "cpu" else 0
+            micro = default_cpu_micro_batch_size(self.policy.model) if self.device.type == "cpu" else 0
         return max(1, micro // self._unit_samples()) if micro else sys.maxsize
 
     def _unit_samples(self) -> int:

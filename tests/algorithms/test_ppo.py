@@ -241,9 +241,13 @@ def test_micro_batches_give_the_update_and_stats_of_one_pass(scripted_env, micro
 
 
 def test_micro_batch_size_defaults_to_a_split_on_cpu_only(scripted_env) -> None:
-    from rlx.algorithms.ppo import CPU_MICRO_BATCH_SIZE
+    from rlx.algorithms.ppo import CPU_MICRO_BATCH_SIZE, CPU_WIDE_MICRO_BATCH_SIZE
 
-    assert _config().build(scripted_env)._micro_units == CPU_MICRO_BATCH_SIZE
+    assert CPU_MICRO_BATCH_SIZE == 4096 and CPU_WIDE_MICRO_BATCH_SIZE == 2048
+    # By the model's widest layer: up to 128 wide the larger passes.
+    for hiddens, expected in (([64, 64], 4096), ([128], 4096), ([256, 256], 2048), ([64, 512], 2048)):
+        algo = _config(model_config={"hiddens": hiddens}).build(scripted_env)
+        assert algo._micro_units == expected, hiddens
     assert _config(micro_batch_size=0).build(scripted_env)._micro_units > 10**9
     with pytest.raises(ValueError, match="micro_batch_size"):
         _config(micro_batch_size=-1)
