@@ -118,6 +118,11 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     else:
         config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
         epochs = 1
+    if cudagraphs:
+        # Time replays only: the capture runs in the collect after the eager warm-ups.
+        from rlx.algorithms.base import COLLECT_GRAPH_WARMUPS
+
+        warmup = max(warmup, COLLECT_GRAPH_WARMUPS + 1)
     _reset_peak_memory(resolve_device(device))
     algo = config.build(env_cls)
     dev = algo.device
@@ -138,7 +143,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     c, s = statistics.median(collect_s), statistics.median(step_s)
     return {
         "env": env_name, "algo": algo_name, "num_envs": num_envs, "horizon": horizon, "hiddens": hiddens, "amp": amp,
-        "cudagraphs": cudagraphs, "compile": compile and algo_name == "ppo",
+        "cudagraphs": cudagraphs, "compile": compile and algo_name == "ppo", "warmup": warmup,
         "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
         "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
         "collect_ms": 1e3 * c, "step_ms": 1e3 * s, "peak_memory_mb": _peak_memory_mb(dev),
@@ -262,12 +267,18 @@ def run(args: argparse.Namespace) -> int:
     tag += f"_{args.tag}" if args.tag else ""
     with open(results / f"throughput_{tag}.jsonl", "a") as f:
         for row in rows:
-            f.write(json.dumps({**row, **meta}) + "\n")
+            f.write(json.dumps({**meta, **row}) + "\n")  # a row's own warm-up count wins
+    graph_note = ""
+    if args.cudagraphs:
+        from rlx.algorithms.base import COLLECT_GRAPH_WARMUPS
+
+        graph_note = f" (PPO with --cudagraphs: at least {COLLECT_GRAPH_WARMUPS + 1}, so that only replays are timed)"
     lines = [
         f"# rlx throughput on {name} ({meta['device']}), torch {meta['torch']}, {args.threads} threads, commit {commit}",
         "",
         f"Command: `{_command_line(args)}`; medians of {args.iters} iterations after {args.warmup} "
-        f"warm-up iterations, T={args.horizon}, MLP {args.hiddens}.",
+        f"warm-up iterations{graph_note}, "
+        f"T={args.horizon}, MLP {args.hiddens}.",
         "",
         "| env | algo | B | collect steps/s | update samples/s | end-to-end steps/s | peak MB |",
         "|---|---|---|---|---|---|---|",
