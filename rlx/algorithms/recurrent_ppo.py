@@ -28,7 +28,7 @@ from torch import Tensor
 
 from rlx.algorithms.ppo import PPO
 from rlx.buffer import ACTIONS, ADVANTAGES, HIDDEN, LOGP, RESETS, RETURNS, VALUES
-from rlx.env import OBS, EnvOutputError
+from rlx.env import FINAL_OBS, OBS, EnvOutputError
 from rlx.policy import ActOutput, EvalOutput, RecurrentPolicy, flatten_time
 
 if TYPE_CHECKING:
@@ -134,7 +134,7 @@ class RecurrentPPO(PPO):
         self._reset_cols[T].copy_(self._ended(T - 1))
         return self.policy.value_step(obs, self._hidden_cols[T], self._reset_cols[T])
 
-    def _final_values(self, final_obs: Obs) -> Tensor:
+    def _final_value_inputs(self) -> tuple[Any, tuple[Obs, ...]]:
         # The episode that ended at step t would have continued from the state after
         # step t, before any reset: column t + 1 of ``hidden``.
         T = self.horizon
@@ -142,7 +142,7 @@ class RecurrentPPO(PPO):
         def values(obs: Obs, states: Tensor) -> Tensor:
             return self.policy.value_step(obs, states, self._no_resets[: states.shape[0]])
 
-        return self._batched_values(values, final_obs, self.buffer.get(HIDDEN)[:, 1 : T + 1])
+        return values, (self.buffer.get(FINAL_OBS)[:, :T], self.buffer.get(HIDDEN)[:, 1 : T + 1])
 
     # -- the update on sequences ----------------------------------------------------------
 

@@ -223,3 +223,64 @@ def test_an_update_that_leaves_nan_parameters_raises(config_cls) -> None:
     healthy = config_cls(num_envs=4, horizon=8, device="cpu", seed=0, model_config={"hiddens": [8]}).build(CartPole)
     healthy.collect()
     healthy.step()  # the check costs no sync and never fires on a finite update
+
+
+class RandomEndsEnv(Env):
+    """Random observations, and steps that truncate with probability ``p_truncate`` and
+    otherwise terminate with probability 0.1: many truncations per env and collect."""
+
+    p_truncate = 0.3
+
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.observation_spec = Unbounded(shape=(3,), device=self.device)
+        self.action_spec = Categorical(2, device=self.device)
+
+    def reset(self, *, config: dict | None = None) -> torch.Tensor:
+        return torch.randn(self.num_envs, 3)
+
+    def step(self, actions: torch.Tensor) -> TensorDict:
+        B = self.num_envs
+        truncated = torch.rand(B, 1) < self.p_truncate
+        terminated = (torch.rand(B, 1) < 0.1) & ~truncated
+        return TensorDict(
+            {"obs": torch.randn(B, 3), "rewards": torch.randn(B, 1), "terminated": terminated,
+             "truncated": truncated, "final_obs": torch.randn(B, 3)},
+            batch_size=[B],
+        )
+
+
+@pytest.mark.parametrize("num_envs, horizon", [(1, 1), (1, 7), (3, 1), (5, 16), (32, 8)])
+@pytest.mark.parametrize("p_truncate", [0.0, 0.05, 0.5, 1.0])
+@pytest.mark.parametrize("capacity", [1, 4, None])
+def test_truncation_bootstrap_values_exactly_the_truncated_steps(num_envs, horizon, p_truncate, capacity) -> None:
+    # Only truncated steps are valued, up to a capacity; beyond it collect() falls back to
+    # valuing every step after its sync. Either way the buffer must hold V(final_obs)
+    # where truncated and 0 elsewhere, as one pass over every step computes it.
+    env_cls = type("Env", (RandomEndsEnv,), {"p_truncate": p_truncate})
+    algo = _build(env_cls, num_envs=num_envs, horizon=horizon)
+    if capacity is not None:
+        algo._set_truncation_capacity(capacity)
+    for _ in range(3):
+        algo.collect()
+        buf = algo.buffer
+        truncated = buf["truncated"][:, :horizon]
+        flat = buf["final_obs"][:, :horizon].reshape(-1, 3)
+        expected = algo.policy.value(flat).view(num_envs, horizon, 1).masked_fill(~truncated, 0.0)
+        assert_close(buf["final_values"][:, :horizon], expected, atol=1e-6, rtol=1e-5)
+        assert_close(algo._all_final_values(), expected, atol=1e-6, rtol=1e-5)
+        compacted, overflow = algo._truncated_final_values()
+        assert bool(overflow) == (int(truncated.sum()) > algo._truncation_capacity)
+        if not overflow:
+            assert_close(compacted, expected, atol=1e-6, rtol=1e-5)
+        algo.step()
+
+
+def test_truncation_capacity_follows_the_env_time_limit() -> None:
+    from rlx.envs import Pendulum  # truncates at 200 steps
+
+    assert _build(Pendulum, num_envs=4, horizon=64)._truncation_capacity == 4
+    assert _build(Pendulum, num_envs=4, horizon=200)._truncation_capacity == 4
+    assert _build(Pendulum, num_envs=4, horizon=201)._truncation_capacity == 8  # twice in 201 steps
+    assert _build(RandomEndsEnv, num_envs=4, horizon=16)._truncation_capacity == 4  # no declared limit
+    assert _build(RandomEndsEnv, num_envs=4, horizon=1)._truncation_capacity == 4  # B * T: plain pass
