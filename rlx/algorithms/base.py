@@ -358,7 +358,7 @@ class Algorithm(ABC):
             self._graphed_collect_steps(deterministic)
         else:
             self._collect_steps(deterministic)
-        terminates, truncates = self._env_terminates, self._env_truncates
+        truncates = self._env_truncates
         buf = self.buffer
         if self._values_after_loop:
             # V of every column, the bootstrap column T included, in batched passes: with
@@ -544,7 +544,8 @@ class Algorithm(ABC):
         if K >= N:
             return self._all_final_values(), torch.zeros((), dtype=torch.bool, device=self.device)
         value_fn, columns = self._final_value_inputs()
-        count = torch.cumsum(self.buffer.get(TRUNCATED)[:, :T].reshape(N), 0)  # [N] truncations up to each row
+        truncated = self.buffer.get(TRUNCATED)[:, :T].reshape(N)  # [B, T, 1] -> [N], flat order b * T + t
+        count = torch.cumsum(truncated, 0)  # [N] truncations up to each row
         rows = torch.searchsorted(count, self._truncation_ranks).clamp_(max=N - 1)  # [K] flat row of each rank
         env_idx, step_idx = rows // T, rows % T  # unused slots point at a valid row and are dropped below
         chunk = self._value_pass_rows()
@@ -552,7 +553,6 @@ class Algorithm(ABC):
         for lo in range(0, K, chunk):
             e, t = env_idx[lo : lo + chunk], step_idx[lo : lo + chunk]
             slot_values[lo : lo + e.shape[0]] = value_fn(*(x[e, t] for x in columns)).float()
-        truncated = self.buffer.get(TRUNCATED)[:, :T].reshape(N)
         slot = torch.where(truncated & (count <= K), count - 1, K)  # [N] each row's slot, K if none
         return slot_values.index_select(0, slot).view(B, T, 1), count[-1] > K
 

@@ -37,13 +37,13 @@ __all__ = ["PPO", "PPOLosses", "ppo_losses", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_M
 #: :data:`CPU_WIDE_MICRO_BATCH_SIZE`. Whole-buffer passes spill out of cache (32k rows:
 #: 1.5-2x slower per row), and small passes repeat the dispatch of a hundred-odd ops per
 #: pass. ``python benchmarks/cpu_rows.py``'s step() table (B=1024, T=32, 8192-sample
-#: minibatches, passes of 1024 / 2048 / 4096 / 8192 rows, an Intel Xeon with AMX, 2
-#: threads, three runs): a 64x64 MLP took 187-191 / 128-134 / 103-119 / 122-165 ms,
-#: 128x128 202-233 ms at 4096 against 220-228 ms at 2048.
+#: minibatches, 4 epochs; three runs on an Intel Xeon with AMX, 2 threads), in ms for
+#: passes of 1024 / 2048 / 4096 / 8192 rows: 64x64 MLP 187-215 / 128-150 / 103-124 /
+#: 162-191; 128x128 280-321 / 222-264 / 203-293 / 234-307 (2048 and 4096 each won a
+#: run, and another by hand with tanh 202 ms at 4096 against 220 at 2048).
 CPU_MICRO_BATCH_SIZE = 4096
-#: Default ``micro_batch_size`` on a CPU for models wider than 128 (their activations
-#: per row are larger): a 256x256 MLP took 532-567 ms at 2048 against 603-607 ms at
-#: 4096 in two of three runs (475 against 485 ms in the third).
+#: Default ``micro_batch_size`` on a CPU for models wider than 128 (more activation
+#: bytes per row): 256x256 took 582-680 / 532-632 / 603-716 / 606-698 ms in that table.
 CPU_WIDE_MICRO_BATCH_SIZE = 2048
 
 
