@@ -7,15 +7,15 @@
    CPU's peak, so both libraries pay the same matmul time there.
 2. A 256-wide and a 64-wide MLP critic (rl8's and rlx's default sizes) over 131,072 rows
    in passes of ``rows``: nanoseconds per row. Passes larger than a few thousand rows
-   spill out of cache; rlx's ``VALUE_PASS_ROWS`` and ``micro_batch_size`` defaults
-   (2048) come from this table.
+   spill out of cache; rlx's ``VALUE_PASS_ROWS`` (2048) comes from this table.
 3. rlx's PPO ``step()`` on a B=1024, T=32 rollout (8192-sample minibatches, 4 epochs) by
    ``micro_batch_size``, for 64-, 128- and 256-wide MLPs: milliseconds per step, medians
    of 5 after 2 warm-ups, the pass sizes interleaved. Small passes repeat the dispatch of
-   a hundred-odd ops per pass; large ones spill out of cache. ``CPU_MICRO_BATCH_SIZE``
-   (4096) comes from this table (``--no-update`` skips it).
+   a hundred-odd ops per pass; large ones spill out of cache. The ``micro_batch_size``
+   defaults (``CPU_MICRO_BATCH_SIZE`` = 4096 up to 128 wide, ``CPU_WIDE_MICRO_BATCH_SIZE``
+   = 2048 wider) come from this table (``--no-update`` skips it).
 
-Prints two markdown tables; results are appended to ``benchmarks/results/cpu_rows.jsonl``.
+Prints three markdown tables; results are appended to ``benchmarks/results/cpu_rows.jsonl``.
 """
 
 from __future__ import annotations
