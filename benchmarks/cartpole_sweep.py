@@ -1,6 +1,6 @@
 """Which PPO settings solve CartPole soonest in wall-clock on this machine?
 
-    python benchmarks/cartpole_sweep.py [--seeds 0 1 2 3 4] [--budget-s 8] [--threads 2]
+    python benchmarks/cartpole_sweep.py [--seeds 0 1 2 3 4] [--budget-s 8] [--threads 2] [--start K] [--limit N]
 
 A grid over (B, T) in {(32, 64), (64, 32), (64, 64), (128, 32), (16, 128)}, epochs in
 {4, 6, 10}, minibatches per epoch in {1, 2, 4} and lr in {2e-3, 4e-3}, the rest as
@@ -10,7 +10,8 @@ A grid over (B, T) in {(32, 64), (64, 32), (64, 64), (128, 32), (16, 128)}, epoc
 rollout, judged before training on it; training time only. Prints one line per setting
 (solved seeds, median and worst seconds, env steps per seed) and appends it to
 ``benchmarks/results/cartpole_sweep.jsonl``. The whole grid takes about 30 minutes on 2
-CPU cores; ``--limit N`` runs the first N settings.
+CPU cores; ``--start K`` skips the first K settings (to finish a grid run in parts), and
+``--limit N`` stops after the N-th.
 """
 
 from __future__ import annotations
@@ -63,13 +64,14 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2, 3, 4])
     parser.add_argument("--budget-s", type=float, default=8.0, help="give up on a seed after this many seconds")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--limit", type=int, default=None, help="run only the first N settings")
+    parser.add_argument("--start", type=int, default=0, help="skip the first K settings of the grid")
+    parser.add_argument("--limit", type=int, default=None, help="stop after the N-th setting of the grid")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
     meta = {"commit": commit, "torch": torch.__version__, "threads": args.threads, "cpu": cpu_name()}
     with open(ROOT / "benchmarks" / "results" / "cartpole_sweep.jsonl", "a") as out:
-        for setting in grid()[: args.limit]:
+        for setting in grid()[args.start : args.limit]:
             runs = [solve(setting, seed, args.budget_s) for seed in args.seeds]
             seconds = [s for _, s in runs]
             row = {**setting, "seeds": args.seeds, "env_steps": [n for n, _ in runs], "seconds": seconds,
