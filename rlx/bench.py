@@ -96,7 +96,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
 
     import rlx.envs
     from rlx import AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
-    from rlx.config import resolve_device
+    from rlx.env import resolve_device
 
     env_cls = getattr(rlx.envs, env_name)
     common = dict(
@@ -120,9 +120,9 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
         epochs = 1
     if cudagraphs:
         # Time replays only: the capture runs in the collect after the eager warm-ups.
-        from rlx.algorithms.base import COLLECT_GRAPH_WARMUPS
+        from rlx.cuda_graphs import GRAPH_WARMUPS
 
-        warmup = max(warmup, COLLECT_GRAPH_WARMUPS + 1)
+        warmup = max(warmup, GRAPH_WARMUPS + 1)
     _reset_peak_memory(resolve_device(device))
     algo = config.build(env_cls)
     dev = algo.device
@@ -270,9 +270,9 @@ def run(args: argparse.Namespace) -> int:
             f.write(json.dumps({**meta, **row}) + "\n")  # a row's own warm-up count wins
     graph_note = ""
     if args.cudagraphs:
-        from rlx.algorithms.base import COLLECT_GRAPH_WARMUPS
+        from rlx.cuda_graphs import GRAPH_WARMUPS
 
-        graph_note = f" (PPO with --cudagraphs: at least {COLLECT_GRAPH_WARMUPS + 1}, so that only replays are timed)"
+        graph_note = f" (PPO with --cudagraphs: at least {GRAPH_WARMUPS + 1}, so that only replays are timed)"
     lines = [
         f"# rlx throughput on {name} ({meta['device']}), torch {meta['torch']}, {args.threads} threads, commit {commit}",
         "",

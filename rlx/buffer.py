@@ -16,7 +16,8 @@ final_values               ``[B, T+1, 1]``      collect: V(final_obs) where trun
 advantages, returns        ``[B, T+1, 1]``      GAE, in place
 ========================== ==================== =========================================
 
-A recurrent policy (:class:`~rlx.algorithms.recurrent_ppo.RecurrentPPO`) adds two:
+A policy with a state (:class:`~rlx.policy.RecurrentPolicy`) adds two, written by the
+:class:`~rlx.rollout.Rollout`:
 
 ========================== ==================== =========================================
 hidden                     ``[B, T+1, *state]`` collect: the state BEFORE step ``t``'s

@@ -30,8 +30,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
     from rlx import distributed as rdist
-    from rlx.config import resolve_device
-    from rlx.trainer import load_run_config
+    from rlx.env import resolve_device
+    from rlx.run_config import load_run_config
 
     run = load_run_config(args.config, args.set or [])
     # Under torchrun: join the process group (NCCL for CUDA training, else gloo).
@@ -47,7 +47,8 @@ def _train(args: argparse.Namespace, run: Any) -> int:
     import torch
 
     from rlx import distributed as rdist
-    from rlx.trainer import Trainer, latest_checkpoint
+    from rlx.checkpoint import latest_checkpoint
+    from rlx.trainer import Trainer
 
     say = print if rdist.rank() == 0 else (lambda *a, **k: None)
     if args.run_dir is not None:
@@ -82,7 +83,8 @@ def _train(args: argparse.Namespace, run: Any) -> int:
 
 def _cmd_eval(args: argparse.Namespace) -> int:
     from rlx.export import policy_from_checkpoint
-    from rlx.trainer import env_factory, evaluate_policy
+    from rlx.evaluation import evaluate_policy
+    from rlx.run_config import env_factory
 
     policy, run = policy_from_checkpoint(args.path, device=args.device)
     env = env_factory(run["env"], run.get("env_kwargs"))(args.num_envs, None, device=args.device)
@@ -131,7 +133,7 @@ def _cmd_envs(args: argparse.Namespace) -> int:
 
 
 def _cmd_check_env(args: argparse.Namespace) -> int:
-    from rlx.config import import_object
+    from rlx.yaml_types import import_object
     from rlx.envs import check_env
 
     env_cls = import_object(args.env, where="env")

@@ -34,12 +34,15 @@ Optional extras an env may provide:
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar, Protocol
 
 import torch
 from tensordict import TensorDictBase
 from torchrl.data import Composite, TensorSpec
+
+from rlx.yaml_types import object_path
 
 __all__ = [
     "Env",
@@ -56,6 +59,8 @@ __all__ = [
     "check_obs",
     "check_devices",
     "canonical_device",
+    "resolve_device",
+    "env_record",
     "check_step_output",
     "env_is_graph_safe",
 ]
@@ -178,6 +183,13 @@ def _check_tensor(
         raise EnvOutputError(f"{where}: '{name}' has dtype {value.dtype}, expected {dtype}")
 
 
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``"auto"`` is CUDA when present, else CPU; anything else is honoured as given."""
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
 def canonical_device(device: torch.device | str) -> torch.device:
     """One spelling per device: ``cpu`` for ``cpu:0``, ``cuda:<current>`` for ``cuda``, so
     comparing devices compares where tensors live, not how the device was named."""
@@ -287,3 +299,32 @@ def load_state_tensors(env: Any, state: dict[str, torch.Tensor], names: tuple[st
                 f"{list(buffer.shape)}; was the checkpoint saved with another num_envs?"
             )
         buffer.copy_(value)
+
+
+def _plain(value: Any) -> Any:
+    """``value`` if it is plain data (YAML-safe, alike in every process), else its type's name:
+    a repr would hold a per-process address."""
+    if isinstance(value, (str, int, float, bool, type(None))):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    return type(value).__qualname__
+
+
+def env_record(env_cls: Any) -> tuple[str, dict[str, Any]]:
+    """``(import path, env_kwargs)`` that rebuild an env class or factory, where possible.
+
+    Handles plain classes, ``functools.partial`` factories and classes made by a
+    ``factory()`` classmethod that records its arguments in ``factory_kwargs`` (such as
+    :meth:`rlx.envs.GymnasiumEnv.factory`). Arguments that are not plain data are named by
+    their type, so the record is the same on every rank that built the same env.
+    """
+    if isinstance(env_cls, functools.partial):
+        return object_path(env_cls.func), _plain(dict(env_cls.keywords))
+    factory_kwargs = getattr(env_cls, "factory_kwargs", None)
+    if factory_kwargs:
+        base = next(c for c in env_cls.__mro__[1:] if not getattr(c, "factory_kwargs", None) or c.factory_kwargs != factory_kwargs)
+        return object_path(base), _plain(dict(factory_kwargs))
+    return object_path(env_cls), {}

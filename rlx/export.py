@@ -23,9 +23,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rlx.config import RecurrentAlgorithmConfig, config_from_dict
-from rlx.policy import Policy, RecurrentPolicy
-from rlx.trainer import ALGORITHMS, env_factory, latest_checkpoint, load_checkpoint
+from rlx.checkpoint import checkpoint_path, load_checkpoint
+from rlx.policy import Policy, PolicyBase, RecurrentPolicy
+from rlx.run_config import ALGORITHMS, env_factory
+from rlx.yaml_types import config_from_dict
 
 __all__ = ["DeployedPolicy", "DeployedRecurrentPolicy", "export_torchscript", "load_policy", "policy_from_checkpoint"]
 
@@ -38,7 +39,7 @@ class DeployedPolicy(nn.Module):
         deterministic: Act with the distribution's mode; ``False`` samples.
     """
 
-    def __init__(self, policy: Policy, *, deterministic: bool = True) -> None:
+    def __init__(self, policy: PolicyBase, *, deterministic: bool = True) -> None:
         super().__init__()
         self.policy = copy.deepcopy(policy).eval()
         for p in self.policy.parameters():
@@ -71,23 +72,11 @@ class DeployedRecurrentPolicy(DeployedPolicy):
         """One step: ``[N, *obs]`` raw observations, ``[N, *state]`` states and ``[N]`` bool
         resets (True at an episode's first step) to ``[N, *action]`` env actions and the
         next states."""
-        act, state = self.policy.act_step(obs, state, resets, deterministic=self.deterministic)
-        return act.env_actions, state
+        step = self.policy.act_step(obs, state, resets, deterministic=self.deterministic)
+        return step.env_actions, step.state
 
 
-def _checkpoint_path(path: str | Path) -> Path:
-    path = Path(path)
-    if path.is_dir():
-        found = latest_checkpoint(path)
-        if found is None:
-            raise FileNotFoundError(f"no checkpoint in {path / 'checkpoints'}")
-        return found
-    if not path.exists():
-        raise FileNotFoundError(f"no run directory or checkpoint at {path}")
-    return path
-
-
-def policy_from_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[Policy, dict[str, Any]]:
+def policy_from_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[PolicyBase, dict[str, Any]]:
     """Rebuild the trained :class:`~rlx.policy.Policy` of a run directory or checkpoint.
 
     Builds one sub-env of the run's env class to read its specs, then the policy from
@@ -96,12 +85,11 @@ def policy_from_checkpoint(path: str | Path, *, device: str | torch.device = "cp
     Returns:
         ``(policy, run_config_dict)``.
     """
-    state = load_checkpoint(_checkpoint_path(path))
+    state = load_checkpoint(checkpoint_path(path))
     run = state["config"]
     algo_config = config_from_dict(ALGORITHMS[run["algorithm"]], run["config"], where="checkpoint config")
     env = env_factory(run["env"], run.get("env_kwargs"))(1, None, device=torch.device(device))
-    policy_cls = RecurrentPolicy if isinstance(algo_config, RecurrentAlgorithmConfig) else Policy
-    policy = policy_cls(
+    policy = algo_config.algorithm_cls.policy_cls(
         env.observation_spec,
         env.action_spec,
         model_cls=algo_config.model_cls,
@@ -135,7 +123,7 @@ def load_policy(path: str | Path, *, deterministic: bool = True, device: str | t
     if _is_torchscript(path):
         return torch.jit.load(str(path), map_location=device)
     policy, _ = policy_from_checkpoint(path, device=device)
-    if isinstance(policy, RecurrentPolicy):
+    if policy.recurrent:
         return DeployedRecurrentPolicy(policy, deterministic=deterministic)
     return DeployedPolicy(policy, deterministic=deterministic)
 
@@ -150,7 +138,7 @@ def export_torchscript(path: str | Path, out: str | Path, *, batch_size: int = 2
     policy, _ = policy_from_checkpoint(path)
     if not isinstance(policy.observation_spec.zero(), Tensor):
         raise ValueError("rlx export supports tensor observations only; load dict-observation policies with rlx.load_policy")
-    if isinstance(policy, RecurrentPolicy):
+    if policy.recurrent:
         module: DeployedPolicy = DeployedRecurrentPolicy(policy, deterministic=True)
 
         def inputs(n: int) -> tuple[Tensor, ...]:

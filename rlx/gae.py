@@ -39,24 +39,13 @@ __all__ = ["generalized_advantage_estimate", "generalized_advantage_estimate_"]
 
 
 def generalized_advantage_estimate(
-    rewards: Tensor,
-    values: Tensor,
-    terminated: Tensor,
-    truncated: Tensor,
-    final_values: Tensor,
-    *,
-    gamma: float,
-    gae_lambda: float,
-) -> tuple[Tensor, Tensor]:
+    rewards: Tensor, values: Tensor, terminated: Tensor, truncated: Tensor, final_values: Tensor,
+    *, gamma: float, gae_lambda: float,
+) -> tuple[Tensor, Tensor]:  # fmt: skip
     """Advantages and value targets of a batch of trajectories, in new tensors.
 
-    Accepts two layouts. In the trajectory layout the per-step inputs are ``[B, T, 1]``;
-    in the buffer layout they are ``[B, T+1, 1]``, as wide as ``values``, and their last
-    column is ignored. The outputs have the width of ``rewards``; in the buffer layout
-    their last column is zero.
-
     Args:
-        rewards: ``[B, T, 1]`` or ``[B, T+1, 1]`` reward of each transition.
+        rewards: ``[B, T, 1]`` reward of each transition.
         values: ``[B, T+1, 1]`` critic values of the observations; column ``T`` is the
             value of the observation after the last step (the bootstrap).
         terminated: bool, shaped like ``rewards``: the transition ended the episode in a
@@ -70,7 +59,7 @@ def generalized_advantage_estimate(
             Monte Carlo returns minus the value baseline.
 
     Returns:
-        ``(advantages, returns)``, each shaped like ``rewards`` and in the compute
+        ``(advantages, returns)``, each ``[B, T, 1]`` and in the compute
         dtype: float64 if any floating input is float64, float32 otherwise (half
         precision inputs are upcast so the reverse recursion does not lose precision).
 
@@ -82,17 +71,8 @@ def generalized_advantage_estimate(
     _, dtype = _check_inputs(rewards, values, terminated, truncated, final_values)
     advantages = torch.empty(rewards.shape, dtype=dtype, device=values.device)
     returns = torch.empty(rewards.shape, dtype=dtype, device=values.device)
-    generalized_advantage_estimate_(
-        rewards,
-        values,
-        terminated,
-        truncated,
-        final_values,
-        gamma=gamma,
-        gae_lambda=gae_lambda,
-        advantages=advantages,
-        returns=returns,
-    )
+    inputs = (rewards, values, terminated, truncated, final_values)
+    generalized_advantage_estimate_(*inputs, gamma=gamma, gae_lambda=gae_lambda, advantages=advantages, returns=returns)
     return advantages, returns
 
 
@@ -111,23 +91,21 @@ def generalized_advantage_estimate_(
 ) -> None:
     """Generalized advantage estimation written into preallocated outputs.
 
-    Same inputs and math as :func:`generalized_advantage_estimate`. The outputs may be
-    ``[B, T, 1]`` (for example ``buffer[:, :T]``, a non-contiguous view) or
-    ``[B, T+1, 1]`` (the whole buffer column; its last column is set to zero). When an
+    Same inputs and math as :func:`generalized_advantage_estimate`. The outputs are
+    ``[B, T, 1]``, for example ``buffer[:, :T]`` (a non-contiguous view). When an
     output already has the compute dtype it doubles as scratch space, so the call
     allocates nothing of size ``[B, T]`` beyond what dtype conversion of the inputs
     needs. Advantages and returns are regression targets, so no autograd graph is built.
 
     Args:
-        rewards: ``[B, T, 1]`` or ``[B, T+1, 1]`` reward of each transition.
+        rewards: ``[B, T, 1]`` reward of each transition.
         values: ``[B, T+1, 1]`` critic values, column ``T`` being the bootstrap value.
         terminated: bool, shaped like ``rewards``.
         truncated: bool, shaped like ``rewards``.
         final_values: shaped like ``rewards``.
         gamma: Discount factor in ``[0, 1]``.
         gae_lambda: GAE trace decay in ``[0, 1]``.
-        advantages: ``[B, T, 1]`` or ``[B, T+1, 1]`` floating output; must not overlap
-            any input.
+        advantages: ``[B, T, 1]`` floating output; must not overlap any input.
         returns: Output shaped like ``advantages``; must not overlap any input or
             ``advantages``.
 
@@ -138,10 +116,10 @@ def generalized_advantage_estimate_(
     horizon, dtype = _check_inputs(rewards, values, terminated, truncated, final_values)
     batch = values.shape[0]
     for name, out in (("advantages", advantages), ("returns", returns)):
-        if tuple(out.shape) not in ((batch, horizon, 1), (batch, horizon + 1, 1)):
+        if tuple(out.shape) != (batch, horizon, 1):
             raise ValueError(
-                f"{name} has shape {tuple(out.shape)}; expected {(batch, horizon, 1)} or "
-                f"{(batch, horizon + 1, 1)} (values has shape {tuple(values.shape)})"
+                f"{name} has shape {tuple(out.shape)}; expected {(batch, horizon, 1)} "
+                f"(values has shape {tuple(values.shape)})"
             )
         if not out.is_floating_point():
             raise TypeError(f"{name} must be a floating tensor, got dtype {out.dtype}")
@@ -151,19 +129,13 @@ def generalized_advantage_estimate_(
             "(the shape of advantages)"
         )
 
-    adv_out = advantages[:, :horizon]
-    ret_out = returns[:, :horizon]
+    adv_out, ret_out = advantages, returns
     # An output in a narrower dtype (a bf16 buffer) cannot carry the recursion without
     # compounding rounding error, so the work then happens in compute-dtype scratch.
     adv = adv_out if adv_out.dtype == dtype else torch.empty_like(adv_out, dtype=dtype)
     # `returns` is only written at the very end, so until then it holds the per-step
     # trace coefficient gamma * gae_lambda * (1 - done_t).
     coeff = ret_out if ret_out.dtype == dtype else torch.empty_like(ret_out, dtype=dtype)
-
-    rewards = rewards[:, :horizon]
-    terminated = terminated[:, :horizon]
-    truncated = truncated[:, :horizon]
-    final_values = final_values[:, :horizon]
 
     # delta_t for all steps at once, built in place inside `adv`.
     next_values = values[:, 1:]
@@ -186,9 +158,6 @@ def generalized_advantage_estimate_(
     torch.add(adv, values[:, :horizon], out=ret_out)  # overwrites the coefficients
     if adv is not adv_out:
         adv_out.copy_(adv)
-    if advantages.shape[1] == horizon + 1:
-        advantages[:, horizon].zero_()
-        returns[:, horizon].zero_()
 
 
 def _check_inputs(
@@ -203,13 +172,11 @@ def _check_inputs(
         raise ValueError(
             f"values has shape {tuple(values.shape)}; expected [B, T+1, 1] with T >= 1"
         )
-    batch, width = values.shape[0], values.shape[1]
-    horizon = width - 1
-    step_shapes = ((batch, horizon, 1), (batch, width, 1))
-    if tuple(rewards.shape) not in step_shapes:
+    batch, horizon = values.shape[0], values.shape[1] - 1
+    if tuple(rewards.shape) != (batch, horizon, 1):
         raise ValueError(
-            f"rewards has shape {tuple(rewards.shape)}; expected {step_shapes[0]} or "
-            f"{step_shapes[1]} (values has shape {tuple(values.shape)})"
+            f"rewards has shape {tuple(rewards.shape)}; expected {(batch, horizon, 1)} "
+            f"(values has shape {tuple(values.shape)})"
         )
     for name, tensor in (
         ("terminated", terminated),

@@ -20,8 +20,8 @@ way and implements two methods instead of ``forward(obs)``:
   state)``: ``L`` steps of ``B`` sequences, ``obs`` ``[B, L, *obs]`` (or a TensorDict
   with batch size ``[B, L]``), ``state`` ``[B, *state]`` before the first step, and
   ``resets`` ``[B, L]`` bool, True where a step begins a new episode: the model must
-  replace the state with the initial one before that step (a masked multiply or
-  ``torch.where``, never a Python branch). It returns the state after the last step.
+  replace the state with the initial one before that step (with ``torch.where``, never
+  a Python branch, so a NaN in a stale state cannot leak through). It returns the state after the last step.
   One step (``L = 1``) is how the policy acts; a sequence is how it trains, and the two
   must agree.
 
@@ -202,8 +202,8 @@ class RecurrentActorCritic(nn.Module):
 
     The actor and critic share the encoder and the recurrent core (one state per
     sub-env). The state is one tensor ``[B, num_layers, k, hidden_size]`` with ``k = 2``
-    (``h``, ``c``) for an LSTM and ``k = 1`` for a GRU; the initial state is zeros, so a
-    reset is a multiply by ``1 - reset``.
+    (``h``, ``c``) for an LSTM and ``k = 1`` for a GRU; the initial state is zeros, and a
+    step that resets starts from zeros whatever its stored state holds.
 
     Args:
         observation_spec: Spec of one env's observation.

@@ -1,14 +1,18 @@
 """The policy: a model, its action distribution and the observation normalizer.
 
-Two explicit entry points, never one function whose return type flips on flags:
+Every policy carries a state per sub-env, possibly empty, and offers one interface to
+the rollout (:class:`PolicyBase`):
 
-* :meth:`Policy.act` for collection: actions, env actions, ``logp`` and values, no grad;
-* :meth:`Policy.evaluate` for updates: ``logp``, entropy and values of given actions,
-  with grad.
+* :meth:`~PolicyBase.initial_state` — the state of a sub-env at an episode's start;
+* :meth:`~PolicyBase.act_step` — one step of acting: a :class:`StepOutput` (actions,
+  env actions, ``logp``, the values when the same forward pass computes them, and the
+  next state), no grad;
+* :meth:`~PolicyBase.value_step` — values of one step, no grad.
 
-:class:`RecurrentPolicy` does the same with a hidden state per sub-env:
-:meth:`~RecurrentPolicy.act_step` (one step, returning the next state) and
-:meth:`~RecurrentPolicy.evaluate_sequences` (whole sequences, with grad).
+:class:`Policy` (feedforward, an empty ``[B, 0]`` state) adds the stateless forms
+:meth:`~Policy.act`, :meth:`~Policy.evaluate` and :meth:`~Policy.value`;
+:class:`RecurrentPolicy` adds :meth:`~RecurrentPolicy.evaluate_sequences` for updates
+on whole sequences. No method returns one type or another depending on a flag.
 """
 
 from __future__ import annotations
@@ -21,12 +25,23 @@ from torch import Tensor, nn
 from torchrl.data import Composite, TensorSpec
 
 from rlx.distributions import Distribution, default_distribution_cls
-from rlx.env import ACTION_MASK
+from rlx.env import ACTION_MASK, EnvOutputError
 from rlx.models import MLPActorCritic, RecurrentActorCritic
 from rlx.normalization import RunningMeanStd
 
-__all__ = ["Policy", "RecurrentPolicy", "ActOutput", "ActionSample", "EvalOutput", "flatten_time"]
+__all__ = [
+    "ActOutput",
+    "ActionSample",
+    "EvalOutput",
+    "Obs",
+    "Policy",
+    "PolicyBase",
+    "RecurrentPolicy",
+    "StepOutput",
+    "flatten_time",
+]
 
+#: Observations: a tensor, or a TensorDict for a ``Composite`` observation spec.
 Obs = Tensor | TensorDictBase
 #: Normalized observations are clipped to this many standard deviations.
 OBS_CLIP = 10.0
@@ -49,6 +64,19 @@ class ActionSample(NamedTuple):
     logp: Tensor  #: ``[N, 1]``
 
 
+class StepOutput(NamedTuple):
+    """What :meth:`PolicyBase.act_step` returns for one step of ``N`` sub-envs."""
+
+    actions: Tensor  #: ``[N, *action]``, as stored in the buffer
+    env_actions: Tensor  #: ``[N, *action]``, as given to the env
+    logp: Tensor  #: ``[N, 1]``
+    #: ``[N, 1]`` when the policy computes values in the same forward pass
+    #: (:attr:`PolicyBase.values_while_acting`), else ``None``: the rollout then values
+    #: every column in batched passes after the T loop.
+    values: Tensor | None
+    state: Tensor  #: ``[N, *state]`` after this step (``[N, 0]`` for a stateless policy)
+
+
 class EvalOutput(NamedTuple):
     """What :meth:`Policy.evaluate` returns for ``N`` observations."""
 
@@ -68,15 +96,21 @@ def _float_leaves(spec: TensorSpec, prefix: tuple[str, ...] = ()) -> dict[tuple[
     return {prefix: spec} if spec.dtype.is_floating_point else {}
 
 
-class Policy(nn.Module):
-    """Acting and evaluating with a model and an action distribution.
+def flatten_time(x: Obs) -> Obs:
+    """``[B, T, ...]`` -> ``[B * T, ...]`` for a tensor or a TensorDict (copies if strided)."""
+    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+
+
+class PolicyBase(nn.Module):
+    """What every policy shares: the model, the distribution, the obs normalizer, and the
+    stateful interface the rollout calls.
 
     Args:
         observation_spec: Spec of one env's observation.
         action_spec: Spec of one env's action.
         model: A ready model instance (mutually exclusive with ``model_cls``).
         model_cls: Model class, built as ``model_cls(observation_spec, action_spec,
-            num_params=..., **model_config)``; defaults to :class:`MLPActorCritic`.
+            num_params=..., **model_config)``; defaults to :attr:`default_model_cls`.
         model_config: Keyword arguments for ``model_cls``.
         distribution_cls: Action distribution; defaults from the action spec.
         normalize_obs: Keep a running mean/std of every floating observation entry and
@@ -86,11 +120,12 @@ class Policy(nn.Module):
 
     #: The model class built when neither ``model`` nor ``model_cls`` is given.
     default_model_cls: type[nn.Module] = MLPActorCritic
-    #: Whether the policy carries a state per sub-env (see :class:`RecurrentPolicy`).
+    #: Whether the policy carries a non-empty state per sub-env.
     recurrent: bool = False
-    #: :meth:`sample_actions` runs the actor in passes of at most this many rows (``None``:
-    #: one pass). Algorithms set it on a CPU, where a pass over a few thousand rows of a
-    #: 256-wide MLP spills out of cache and costs up to twice as much per row.
+    #: Value passes (and :meth:`Policy.sample_actions`) run in passes of at most this many
+    #: rows (``None``: one pass). Algorithms set it on a CPU, where a pass over a few
+    #: thousand rows of a 256-wide MLP spills out of cache and costs up to twice as much
+    #: per row.
     max_rows_per_pass: int | None = None
 
     def __init__(
@@ -114,11 +149,7 @@ class Policy(nn.Module):
             model = (model_cls or self.default_model_cls)(
                 observation_spec, action_spec, num_params=self.num_params, **(model_config or {})
             )
-        if callable(getattr(model, "initial_state", None)) and not self.recurrent:
-            raise TypeError(
-                f"model {type(model).__name__} is recurrent (it has initial_state); train it with "
-                "RecurrentAlgorithmConfig (algorithm: recurrent_ppo)"
-            )
+        self._check_model(model)
         self.model = model.to(device)
         self._has_mask = isinstance(observation_spec, Composite) and ACTION_MASK in observation_spec.keys()
         self._norm_keys: dict[str, tuple[str, ...]] = {}
@@ -130,6 +161,9 @@ class Policy(nn.Module):
                 self.obs_normalizers[name] = RunningMeanStd(
                     tuple(spec.shape), clip=OBS_CLIP, device=device, sync_ranks=True
                 )
+
+    def _check_model(self, model: nn.Module) -> None:
+        """Refuse a model this kind of policy cannot drive (raises ``TypeError``)."""
 
     # -- observation normalization -------------------------------------------------
 
@@ -151,12 +185,86 @@ class Policy(nn.Module):
             x = obs if isinstance(obs, Tensor) else obs.get(path)
             self.obs_normalizers[name].update(x)
 
-    # -- acting and evaluating -------------------------------------------------------
-
     def distribution(self, params: Tensor, obs: Obs) -> Distribution:
         """The action distribution for model outputs ``params`` at observations ``obs``."""
         mask = obs.get(ACTION_MASK) if self._has_mask else None
         return self.distribution_cls(params, self.action_spec, action_mask=mask)
+
+    def _check_params(self, params: Tensor, values: Tensor, batch_size: int) -> None:
+        expected = (batch_size, sum(self.num_params))
+        if tuple(params.shape) != expected:
+            raise EnvOutputError(
+                f"model output 'dist_params' has shape {list(params.shape)}, expected {list(expected)} "
+                f"for {self.distribution_cls.__name__} over {type(self.action_spec).__name__}"
+                f"{list(self.action_spec.shape)}"
+            )
+        if tuple(values.shape) != (batch_size, 1):
+            raise EnvOutputError(f"model output 'values' has shape {list(values.shape)}, expected {[batch_size, 1]}")
+
+    # -- the stateful interface the rollout calls --------------------------------------
+
+    @property
+    def values_while_acting(self) -> bool:
+        """Whether :meth:`act_step` returns values (one forward pass computes both)."""
+        return True
+
+    def initial_state(self, batch_size: int) -> Tensor:
+        """The state of ``batch_size`` sub-envs at an episode's start, ``[B, *state]``."""
+        raise NotImplementedError
+
+    def act_step(self, obs: Obs, state: Tensor, resets: Tensor, *, deterministic: bool = False) -> StepOutput:
+        """Choose actions for one step of ``N`` sub-envs (no grad).
+
+        Args:
+            obs: ``[N, *obs]`` raw observations (normalized here).
+            state: ``[N, *state]`` states before this step.
+            resets: ``[N, 1]`` bool, True where this step begins an episode (the policy
+                starts that sub-env from its initial state).
+            deterministic: Take the distribution's mode instead of sampling.
+        """
+        raise NotImplementedError
+
+    def value_step(self, obs: Obs, state: Tensor, resets: Tensor) -> Tensor:
+        """State values ``[N, 1]`` of one step of raw observations (no grad)."""
+        raise NotImplementedError
+
+    def probe(self, obs: Obs) -> None:
+        """Check the model's outputs on ``[B, *obs]`` reset observations against the specs
+        (called once at build).
+
+        Raises:
+            EnvOutputError: naming the output, its shape and the expected one.
+        """
+        raise NotImplementedError
+
+
+class Policy(PolicyBase):
+    """A feedforward policy: its state is empty (``[B, 0]``).
+
+    Two explicit stateless entry points, never one function whose return type flips on
+    flags: :meth:`act` for collection (actions, env actions, ``logp`` and values, no grad)
+    and :meth:`evaluate` for updates (``logp``, entropy and values of given actions, with
+    grad). Takes :class:`PolicyBase`'s arguments; the default model is
+    :class:`~rlx.models.MLPActorCritic`.
+    """
+
+    def _check_model(self, model: nn.Module) -> None:
+        if callable(getattr(model, "initial_state", None)):
+            raise TypeError(
+                f"model {type(model).__name__} is recurrent (it has initial_state); train it with "
+                "RecurrentAlgorithmConfig (algorithm: recurrent_ppo)"
+            )
+
+    @property
+    def separate_heads(self) -> bool:
+        """The model computes actions and values apart (``dist_params`` and ``value``)."""
+        return callable(getattr(self.model, "dist_params", None)) and callable(getattr(self.model, "value", None))
+
+    @property
+    def values_while_acting(self) -> bool:
+        """False with separate heads: collect's T loop then runs only the actor, and the
+        values of the whole rollout come from batched passes after it."""
+        return not self.separate_heads
 
     @torch.no_grad()
     def act(self, obs: Obs, *, deterministic: bool = False) -> ActOutput:
@@ -171,16 +279,10 @@ class Policy(nn.Module):
         actions = dist.mode() if deterministic else dist.sample()
         return ActOutput(actions, dist.env_actions(actions), dist.log_prob(actions), values.float())
 
-    @property
-    def separate_heads(self) -> bool:
-        """The model computes actions and values apart (``dist_params`` and ``value``)."""
-        return callable(getattr(self.model, "dist_params", None)) and callable(getattr(self.model, "value", None))
-
     @torch.no_grad()
     def sample_actions(self, obs: Obs, *, deterministic: bool = False) -> ActionSample:
         """Like :meth:`act` without the values: only the actor runs when the model has a
-        ``dist_params`` head (collect then computes the values of the whole rollout in
-        batched passes)."""
+        ``dist_params`` head."""
         normalized = self.normalize(obs)
         head = self.model.dist_params if self.separate_heads else (lambda x: self.model(x)[0])
         n, rows = normalized.shape[0], self.max_rows_per_pass
@@ -206,31 +308,56 @@ class Policy(nn.Module):
         values = value_fn(obs) if value_fn is not None else self.model(obs)[1]
         return values.float()
 
+    # -- the stateful interface: the state is empty and passes through ------------------
 
-def flatten_time(x: Obs) -> Obs:
-    """``[B, T, ...]`` -> ``[B * T, ...]`` for a tensor or a TensorDict (copies if strided)."""
-    return x.reshape(x.shape[0] * x.shape[1], *x.shape[2:])
+    def initial_state(self, batch_size: int) -> Tensor:
+        """``[B, 0]``: a feedforward policy remembers nothing."""
+        return torch.zeros(batch_size, 0, device=next(self.model.parameters()).device)
+
+    @torch.no_grad()
+    def act_step(self, obs: Obs, state: Tensor, resets: Tensor, *, deterministic: bool = False) -> StepOutput:
+        if self.separate_heads:
+            sample = self.sample_actions(obs, deterministic=deterministic)
+            return StepOutput(*sample, None, state)
+        return StepOutput(*self.act(obs, deterministic=deterministic), state)
+
+    @torch.no_grad()
+    def value_step(self, obs: Obs, state: Tensor, resets: Tensor) -> Tensor:
+        return self.value(obs)
+
+    @torch.no_grad()
+    def probe(self, obs: Obs) -> None:
+        params, values = self.model(self.normalize(obs))
+        self._check_params(params, values, obs.shape[0])
 
 
-class RecurrentPolicy(Policy):
+class RecurrentPolicy(PolicyBase):
     """A policy whose model carries a state per sub-env (see :mod:`rlx.models`).
 
-    Takes the same arguments as :class:`Policy`; the default model is
+    Takes :class:`PolicyBase`'s arguments; the default model is
     :class:`~rlx.models.RecurrentActorCritic`. ``resets`` arguments are bool, True where
-    a step begins a new episode: the model starts that step from its initial state.
+    a step begins a new episode: the model starts that step from its initial state. It
+    has no stateless ``act`` / ``evaluate`` / ``value``: every call carries the state.
     """
 
     default_model_cls = RecurrentActorCritic
     recurrent = True
 
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
+    def _check_model(self, model: nn.Module) -> None:
         for method in ("initial_state", "forward"):
-            if not callable(getattr(self.model, method, None)):
+            if not callable(getattr(model, method, None)):
                 raise TypeError(
-                    f"recurrent model {type(self.model).__name__} has no {method}(); a recurrent model "
+                    f"recurrent model {type(model).__name__} has no {method}(); a recurrent model "
                     "implements initial_state(batch_size) and forward(obs, state, resets) (see rlx.models)"
                 )
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("act", "evaluate", "value"):  # a hint where a feedforward habit leads
+            raise AttributeError(
+                f"a RecurrentPolicy has no stateless {name}(): it acts with act_step(obs, state, resets), "
+                "values with value_step(...) and evaluates with evaluate_sequences(...), which carry its state"
+            )
+        return super().__getattr__(name)
 
     def initial_state(self, batch_size: int) -> Tensor:
         """The model's initial state for ``batch_size`` sub-envs, ``[B, *state]``."""
@@ -241,29 +368,15 @@ class RecurrentPolicy(Policy):
         return self.model(self.normalize(obs), state, resets)
 
     @torch.no_grad()
-    def act_step(
-        self, obs: Obs, state: Tensor, resets: Tensor, *, deterministic: bool = False
-    ) -> tuple[ActOutput, Tensor]:
-        """Choose actions for one step of ``N`` sub-envs (no grad).
-
-        Args:
-            obs: ``[N, *obs]`` raw observations.
-            state: ``[N, *state]`` states before this step.
-            resets: ``[N]`` or ``[N, 1]`` bool, True where this step begins an episode.
-            deterministic: Take the distribution's mode instead of sampling.
-
-        Returns:
-            The :class:`ActOutput` and the state after this step, ``[N, *state]``.
-        """
+    def act_step(self, obs: Obs, state: Tensor, resets: Tensor, *, deterministic: bool = False) -> StepOutput:
         n = resets.shape[0]
         params, values, state = self.sequence_forward(obs.unsqueeze(1), state, resets.reshape(n, 1))
         dist = self.distribution(params[:, 0], obs)  # [N, P]
         actions = dist.mode() if deterministic else dist.sample()
-        return ActOutput(actions, dist.env_actions(actions), dist.log_prob(actions), values[:, 0].float()), state
+        return StepOutput(actions, dist.env_actions(actions), dist.log_prob(actions), values[:, 0].float(), state)
 
     @torch.no_grad()
     def value_step(self, obs: Obs, state: Tensor, resets: Tensor) -> Tensor:
-        """State values ``[N, 1]`` of one step of raw observations (no grad)."""
         n = resets.shape[0]
         return self.sequence_forward(obs.unsqueeze(1), state, resets.reshape(n, 1))[1][:, 0].float()
 
@@ -283,11 +396,27 @@ class RecurrentPolicy(Policy):
         dist = self.distribution(flatten_time(params), flatten_time(obs) if self._has_mask else obs)
         return EvalOutput(dist.log_prob(flatten_time(actions)), dist.entropy(), flatten_time(values), dist)
 
-    def act(self, obs: Obs, *, deterministic: bool = False) -> ActOutput:
-        raise TypeError("a RecurrentPolicy acts with act_step(obs, state, resets), which carries its state")
-
-    def evaluate(self, obs: Obs, actions: Tensor) -> EvalOutput:
-        raise TypeError("a RecurrentPolicy evaluates with evaluate_sequences(obs, actions, state, resets)")
-
-    def value(self, obs: Obs) -> Tensor:
-        raise TypeError("a RecurrentPolicy computes values with value_step(obs, state, resets)")
+    @torch.no_grad()
+    def probe(self, obs: Obs) -> None:
+        B = obs.shape[0]
+        state = self.initial_state(B)
+        if not isinstance(state, Tensor) or state.shape[:1] != (B,):
+            got = list(state.shape) if isinstance(state, Tensor) else type(state).__name__
+            raise EnvOutputError(f"model initial_state({B}) returned {got}, expected a tensor [{B}, *state]")
+        resets = torch.ones(B, 1, dtype=torch.bool, device=state.device)
+        outputs = self.sequence_forward(obs.unsqueeze(1), state, resets)
+        if not isinstance(outputs, tuple) or len(outputs) != 3:
+            raise EnvOutputError("recurrent model forward(obs, state, resets) must return (dist_params, values, state)")
+        params, values, new_state = outputs
+        if new_state.shape != state.shape:
+            raise EnvOutputError(
+                f"recurrent model output 'state' has shape {list(new_state.shape)}, expected {list(state.shape)} "
+                "(the shape of initial_state)"
+            )
+        for name, x, width in (("dist_params", params, sum(self.num_params)), ("values", values, 1)):
+            if tuple(x.shape) != (B, 1, width):
+                raise EnvOutputError(
+                    f"recurrent model output '{name}' has shape {list(x.shape)}, expected {[B, 1, width]} "
+                    "for obs [B, L=1, *obs]"
+                )
+        self._check_params(params[:, 0], values[:, 0], B)

@@ -92,7 +92,7 @@ def main() -> None:
             config = AlgorithmConfig(**common)
         env_cls = IndexedWalker
         if mode == "mismatch_env_kwargs":  # the same env class, bound to other arguments
-            from rlx.trainer import env_factory
+            from rlx.run_config import env_factory
 
             env_cls = env_factory("rlx.envs:CueRecall", {"delay": 4 + 4 * rank})
         algo = config.build(env_cls)

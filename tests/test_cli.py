@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rlx.cli import build_parser, main
-from rlx.trainer import latest_checkpoint, load_checkpoint
+from rlx.checkpoint import latest_checkpoint, load_checkpoint
 
 ROOT = Path(__file__).resolve().parents[1]
 CARTPOLE = str(ROOT / "configs" / "cartpole_ppo.yaml")

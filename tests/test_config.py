@@ -6,7 +6,6 @@ import pytest
 import torch
 
 from rlx import AlgorithmConfig, ConfigError
-from rlx.config import resolve_device
 
 
 @pytest.mark.parametrize(
@@ -79,12 +78,6 @@ def test_kl_adaptive_lr_needs_a_target_and_no_schedule() -> None:
 def test_model_and_model_cls_are_mutually_exclusive() -> None:
     with pytest.raises(ValueError, match="model and model_cls are mutually exclusive"):
         AlgorithmConfig(model=torch.nn.Linear(1, 1), model_cls=torch.nn.Linear)
-
-
-def test_auto_device_picks_cuda_only_when_present_and_explicit_devices_are_honoured() -> None:
-    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
-    assert resolve_device("cpu") == torch.device("cpu")
-    assert resolve_device("cuda:1") == torch.device("cuda:1")
 
 
 def test_defaults_follow_rl8_except_episode_resets() -> None:

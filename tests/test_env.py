@@ -10,7 +10,7 @@ from tensordict import TensorDict
 from torchrl.data import Categorical, Unbounded
 
 from rlx import AlgorithmConfig, EnvOutputError
-from rlx.env import Env, check_env_limits
+from rlx.env import Env, check_env_limits, resolve_device
 
 
 class ConfigurableEnv(Env):
@@ -270,4 +270,10 @@ def test_only_envs_that_declare_graph_safe_true_are_captured_in_cuda_graphs() ->
     assert not env_is_graph_safe(type("Rl8Style", (), {})) and not env_is_graph_safe(rlx.envs.GymnasiumEnv)
     assert not env_is_graph_safe(type("Truthy", (), {"graph_safe": "yes"}))
     algo = AlgorithmConfig(num_envs=4, horizon=4, device="cpu").build(rlx.envs.CartPole)
-    assert not algo._collect_graphed  # cudagraphs is off (and CUDA only)
+    assert not algo.rollout.graphed  # cudagraphs is off (and CUDA only)
+
+
+def test_auto_device_picks_cuda_only_when_present_and_explicit_devices_are_honoured() -> None:
+    assert resolve_device("auto").type == ("cuda" if torch.cuda.is_available() else "cpu")
+    assert resolve_device("cpu") == torch.device("cpu")
+    assert resolve_device("cuda:1") == torch.device("cuda:1")

@@ -204,26 +204,17 @@ def test_in_place_variant_writes_into_buffer_views() -> None:
     assert (advantages_buffer[:, T] == 123.0).all() and (returns_buffer[:, T] == 456.0).all()
 
 
-def test_buffer_width_inputs_give_zero_last_column() -> None:
+def test_buffer_width_inputs_are_refused_naming_the_shape() -> None:
+    # One layout only: per-step inputs and outputs are [B, T, 1] (buffer[:, :T] views).
     B, T = 4, 7
     rewards, values, terminated, truncated, final_values = make_inputs(B, T + 1, "random", torch.float32)
-    values = values[:, : T + 1]  # the buffer: per-step entries as wide as values
-    advantages, returns = gae(rewards, values, terminated, truncated, final_values)
-    assert advantages.shape == returns.shape == (B, T + 1, 1)
-    assert (advantages[:, T] == 0).all() and (returns[:, T] == 0).all()
-    expected_adv, expected_ret = gae(
-        rewards[:, :T], values, terminated[:, :T], truncated[:, :T], final_values[:, :T]
-    )
-    torch.testing.assert_close(advantages[:, :T], expected_adv)
-    torch.testing.assert_close(returns[:, :T], expected_ret)
-    # The in-place variant given whole buffer columns zeroes their last column too.
-    advantages_buffer, returns_buffer = torch.full((B, T + 1, 1), 9.0), torch.full((B, T + 1, 1), 9.0)
-    generalized_advantage_estimate_(
-        rewards, values, terminated, truncated, final_values,
-        gamma=0.9, gae_lambda=0.8, advantages=advantages_buffer, returns=returns_buffer,
-    )  # fmt: skip
-    torch.testing.assert_close(advantages_buffer, advantages)
-    torch.testing.assert_close(returns_buffer, returns)
+    values = values[:, : T + 1]  # per-step entries as wide as values: the old buffer layout
+    with pytest.raises(ValueError, match=r"rewards has shape \(4, 8, 1\); expected \(4, 7, 1\)"):
+        gae(rewards, values, terminated, truncated, final_values)
+    inputs = (rewards[:, :T], values, terminated[:, :T], truncated[:, :T], final_values[:, :T])
+    out = torch.full((B, T + 1, 1), 9.0)
+    with pytest.raises(ValueError, match=r"advantages has shape \(4, 8, 1\); expected \(4, 7, 1\)"):
+        generalized_advantage_estimate_(*inputs, gamma=0.9, gae_lambda=0.8, advantages=out, returns=out.clone())
 
 
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
@@ -260,9 +251,9 @@ BAD_SHAPES = [
     # (argument, index in the input tuple, bad shape, expected shape in the message)
     ("values", 1, (4, 6), "[B, T+1, 1]"),
     ("values", 1, (4, 1, 1), "[B, T+1, 1]"),
-    ("rewards", 0, (4, 5, 1), "(4, 6, 1) or (4, 7, 1)"),
-    ("rewards", 0, (3, 6, 1), "(4, 6, 1) or (4, 7, 1)"),
-    ("rewards", 0, (4, 6, 2), "(4, 6, 1) or (4, 7, 1)"),
+    ("rewards", 0, (4, 5, 1), "(4, 6, 1)"),
+    ("rewards", 0, (3, 6, 1), "(4, 6, 1)"),
+    ("rewards", 0, (4, 6, 2), "(4, 6, 1)"),
     ("terminated", 2, (4, 7, 1), "(4, 6, 1)"),
     ("truncated", 3, (4, 6), "(4, 6, 1)"),
     ("final_values", 4, (1, 6, 1), "(4, 6, 1)"),
@@ -285,7 +276,7 @@ def test_bad_output_shapes_raise_naming_the_output(name: str) -> None:
     inputs = make_inputs(4, 6, "random", torch.float32)
     outputs = {"advantages": torch.empty(4, 6, 1), "returns": torch.empty(4, 6, 1)}
     outputs[name] = torch.empty(4, 5, 1)
-    message = rf"^{name} has shape \(4, 5, 1\); expected \(4, 6, 1\) or \(4, 7, 1\)"
+    message = rf"^{name} has shape \(4, 5, 1\); expected \(4, 6, 1\)"
     with pytest.raises(ValueError, match=message):
         generalized_advantage_estimate_(*inputs, gamma=0.9, gae_lambda=0.9, **outputs)
 

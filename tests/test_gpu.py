@@ -66,11 +66,11 @@ def test_cudagraphed_update_replays_without_syncs_and_learns_like_eager() -> Non
     for _ in range(2):  # warm-up and capture happen in the first step
         graphed.collect()
         graphed.step()
-    assert graphed._graph is not None
-    assert graphed._collect_graphed and not graphed._collect_graphs  # 2 eager warm-up collects so far
-    for stats in _run_without_syncs(graphed):  # its warm-up collect captures; the rest replay
+    assert graphed.update_graph is not None and graphed.update_graph.captured
+    assert graphed.rollout.graphed and not any(g.captured for g in graphed.rollout.graphs.values())  # 2 warm-ups so far
+    for stats in _run_without_syncs(graphed):  # its 3rd warm-up, then the capture, then a replay
         assert all(isinstance(v, float) for v in stats.values())
-    assert set(graphed._collect_graphs) == {False}  # one graph: the sampling collect
+    assert {mode for mode, g in graphed.rollout.graphs.items() if g.captured} == {False}  # the sampling collect
     assert graphed.lr == 5e-4  # the tensor LR was updated in place for the captured Adam
 
     import math
@@ -95,7 +95,7 @@ def _rollout(algo) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("normalize_obs", [False, True])
 def test_cudagraphed_collect_replays_the_eager_rollout_bit_for_bit(normalize_obs: bool) -> None:
-    from rlx.algorithms.base import COLLECT_GRAPH_WARMUPS
+    from rlx.cuda_graphs import GRAPH_WARMUPS
     from rlx.envs import DiscreteDummyEnv
 
     def build(cudagraphs: bool):
@@ -105,14 +105,14 @@ def test_cudagraphed_collect_replays_the_eager_rollout_bit_for_bit(normalize_obs
         ).build(DiscreteDummyEnv)
 
     eager, graphed = build(False), build(True)
-    assert graphed._collect_graphed and not eager._collect_graphed
-    for i in range(COLLECT_GRAPH_WARMUPS + 3):  # warm-ups, the capture, then replays
+    assert graphed.rollout.graphed and not eager.rollout.graphed
+    for i in range(GRAPH_WARMUPS + 3):  # warm-ups, the capture, then replays
         # Deterministic actions and a deterministic env: no RNG inside the T loop, so the
         # two must agree to the bit. Column 0 comes from a reset every 3rd collect.
         for algo in (eager, graphed):
             torch.manual_seed(100 + i)  # the two share the device generator; resets draw from it
             algo.collect(deterministic=True)
-        assert (True in graphed._collect_graphs) == (i >= COLLECT_GRAPH_WARMUPS)
+        assert graphed.rollout.graphs[True].captured == (i >= GRAPH_WARMUPS)
         a, b = _rollout(eager), _rollout(graphed)
         for key in a:
             assert torch.equal(a[key], b[key]), (i, key)
@@ -129,9 +129,9 @@ def test_cudagraphed_collect_replays_identically_from_the_same_state() -> None:
     from rlx.envs import CartPole
 
     algo = AlgorithmConfig(num_envs=128, horizon=16, device="cuda", seed=0, cudagraphs=True).build(CartPole)
-    for _ in range(3):
+    for _ in range(4):
         algo.collect()
-    assert False in algo._collect_graphs
+    assert algo.rollout.graphs[False].captured
     state = algo.state_dict()  # env state, last observation, RNG states
     first = (algo.collect(), _rollout(algo))
     algo.load_state_dict(state)  # in place: the captured graph keeps its addresses
@@ -150,11 +150,11 @@ def test_envs_that_are_not_graph_safe_keep_the_eager_collect() -> None:
         graph_safe = False
 
     algo = AlgorithmConfig(num_envs=64, horizon=8, device="cuda", seed=0, cudagraphs=True).build(Unsafe)
-    assert not algo._collect_graphed
+    assert not algo.rollout.graphed
     for _ in range(4):
         algo.collect()
         algo.step()
-    assert not algo._collect_graphs and algo._graph is not None  # the update is still graphed
+    assert not algo.rollout.graphs and algo.update_graph.captured  # the update is still graphed
 
 
 @pytest.mark.parametrize(

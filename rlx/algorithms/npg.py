@@ -22,19 +22,21 @@ of the step's statistics.
 from __future__ import annotations
 
 import time
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
 from rlx import distributed as rdist
-from rlx._sync import allowed_sync
-from rlx.algorithms.base import Algorithm, Obs
+from rlx.algorithms.base import Algorithm
 from rlx.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
 from rlx.distributions import Distribution
 from rlx.env import OBS
 from rlx.natural_gradient import conjugate_gradient, gauss_newton_fvp, kl_hessian_fvp
+from rlx.policy import Obs
+from rlx.stats import Stats
 
 if TYPE_CHECKING:
     from rlx.config import NPGConfig
@@ -88,6 +90,36 @@ def _has_analytic_fisher(dist: Distribution) -> bool:
     return type(dist).fisher_product is not Distribution.fisher_product
 
 
+def surrogate_of(dist: Distribution, samples: Samples) -> Tensor:
+    """``mean(exp(logp - logp_old) A)`` of ``dist`` on ``samples`` (0-d)."""
+    return (torch.exp(dist.log_prob(samples.actions) - samples.old_logp) * samples.advantages).mean()
+
+
+class Samples(NamedTuple):
+    """The samples a natural step reads (the whole batch or its FVP subsample), ``[n, ...]``."""
+
+    obs_normalized: Obs
+    obs: Obs  #: raw: the action mask (if any) is read from here
+    actions: Tensor
+    old_logp: Tensor  #: ``[n, 1]``, from the rollout
+    advantages: Tensor  #: ``[n, 1]``
+
+    def select(self, index: Tensor) -> Samples:
+        return Samples(*(x[index] for x in self))
+
+
+class NaturalStep(NamedTuple):
+    """What one natural step did, as 0-d tensors on the device."""
+
+    policy_loss: Tensor  #: minus the surrogate after the step
+    entropy_loss: Tensor  #: minus the mean entropy before the step
+    kl: Tensor  #: mean KL(old || new) on the batch, after the step
+    step_size: Tensor  #: the multiplier applied to the CG direction (0: rejected)
+    cg_residual: Tensor
+    surrogate_gain: Tensor
+    backtracks: Tensor  #: line-search backtracks taken (-1: rejected; 0 without line search)
+
+
 class NPG(Algorithm):
     """NPG / TRPO; build it with ``NPGConfig(...).build(env_cls)``."""
 
@@ -115,8 +147,14 @@ class NPG(Algorithm):
         chunks = torch.split(theta, self._actor_sizes)
         return {n: c.view(s) for n, c, s in zip(self._actor_names, chunks, self._actor_shapes)}
 
-    def _dist_params(self, theta: Tensor, obs_normalized: Obs) -> Tensor:
-        return functional_call(self._actor_view, self._unflatten(theta), (obs_normalized,))
+    def _dist(self, theta: Tensor, samples: Samples) -> Distribution:
+        """The action distribution of actor parameters ``theta`` on ``samples``."""
+        params = functional_call(self._actor_view, self._unflatten(theta), (samples.obs_normalized,))
+        return self.policy.distribution(params, samples.obs)
+
+    def _surrogate(self, theta: Tensor, samples: Samples) -> Tensor:
+        """``mean(exp(logp_θ - logp_old) A)``: the objective the step ascends (0-d)."""
+        return surrogate_of(self._dist(theta, samples), samples)
 
     # -- the step ------------------------------------------------------------------------
 
@@ -137,142 +175,139 @@ class NPG(Algorithm):
         """
         self._check_buffered()
         start = time.perf_counter()
-        cfg = self.config
         self._compute_advantages()
         batch = self._flat_batch()
         advantages = batch[ADVANTAGES]
-        if cfg.normalize_advantages:
+        if self.config.normalize_advantages:
             advantages = self._normalized_advantages(advantages)
         lr = self.lr
-        actor_stats = self._natural_step(batch[OBS], batch[ACTIONS], batch[LOGP], advantages)
-        vf_loss = self._fit_critic(batch[OBS], batch[RETURNS])
+        samples = Samples(self.policy.normalize(batch[OBS]), batch[OBS], batch[ACTIONS], batch[LOGP], advantages)
+        actor = self._natural_step(samples)
+        vf_loss = self._fit_critic(samples.obs_normalized, batch[RETURNS])
         self._finish_step()
-
-        stats = rdist.all_reduce_(torch.stack([*actor_stats, vf_loss, self._params_finite()]), "mean")
-        with allowed_sync():
-            values = stats.tolist()  # SYNC: the stats of step()
-        policy_loss, entropy_loss, kl, step_size, residual, gain, backtracks, vf, params_finite = values
-        out = {
-            "losses/policy": policy_loss,
-            "losses/vf": vf,
-            "losses/entropy": entropy_loss,
-            "losses/total": policy_loss + vf,
-            "monitors/kl_div": kl,
-            "monitors/lr": lr,
-            "npg/step_size": step_size,
-            "npg/cg_residual": residual,
-            "npg/surrogate_gain": gain,
-            "npg/line_search_backtracks": backtracks,
-            "profiling/step_ms": 1e3 * (time.perf_counter() - start),
-        }
-        self._check_params_finite(params_finite, out)
+        stats = Stats()
+        for name, value in (("losses/policy", actor.policy_loss), ("losses/vf", vf_loss),
+                            ("losses/entropy", actor.entropy_loss), ("losses/total", actor.policy_loss + vf_loss),
+                            ("monitors/kl_div", actor.kl), ("npg/step_size", actor.step_size),
+                            ("npg/cg_residual", actor.cg_residual), ("npg/surrogate_gain", actor.surrogate_gain),
+                            ("npg/line_search_backtracks", actor.backtracks)):
+            stats.add(name, value.float())
+        stats.add("params/finite", self._params_finite(), "min")
+        host = stats.to_host()  # SYNC: the stats of step()
+        out = {**{k: v for k, v in host.items() if k != "params/finite"}, "monitors/lr": lr,
+               "profiling/step_ms": 1e3 * (time.perf_counter() - start)}
+        self._check_params_finite(host, out)
         return out
 
-    def _natural_step(self, obs: Obs, actions: Tensor, old_logp: Tensor, advantages: Tensor) -> list[Tensor]:
+    def _natural_step(self, samples: Samples) -> NaturalStep:
+        """``θ += step · (F + λ I)⁻¹ g`` on the actor, with ``g`` from the whole batch and
+        ``F`` from the FVP subsample; with ``line_search``, TRPO's backtracking."""
         cfg = self.config
-        policy = self.policy
-        N = advantages.shape[0]
-        obs_n = policy.normalize(obs)
         theta0 = self._flat_actor()
-        with torch.no_grad():
-            old_params = self._dist_params(theta0, obs_n)  # [N, K], detached: never a live graph
-        old_dist = policy.distribution(old_params, obs)
-
-        def surrogate(theta: Tensor, obs_n: Obs, obs: Obs, actions: Tensor, old_logp: Tensor, adv: Tensor) -> Tensor:
-            dist = policy.distribution(self._dist_params(theta, obs_n), obs)
-            return (torch.exp(dist.log_prob(actions) - old_logp) * adv).mean()
-
-        g = grad(surrogate)(theta0, obs_n, obs, actions, old_logp, advantages)  # [P], whole batch
+        with torch.no_grad():  # detached: never a live graph
+            old_params = functional_call(self._actor_view, self._unflatten(theta0), (samples.obs_normalized,))
+        old_dist = self.policy.distribution(old_params, samples.obs)
+        g = grad(self._surrogate)(theta0, samples)  # [P], whole batch
         rdist.all_reduce_(g, "mean")  # data parallel: the gradient of the global batch
-
-        # Fisher-vector products (and the line search) on a random subsample.
-        n = cfg.fvp_batch_size
-        if n < N:
-            idx = torch.randperm(N, device=self.device)[:n]
-            sub = (obs_n[idx], obs[idx], actions[idx], old_logp[idx], advantages[idx])
-            sub_old_dist = policy.distribution(old_params[idx], sub[1])
-        else:
-            sub = (obs_n, obs, actions, old_logp, advantages)
-            sub_old_dist = old_dist
-
-        def params_fn(theta: Tensor) -> Tensor:
-            return self._dist_params(theta, sub[0])
-
-        if _has_analytic_fisher(sub_old_dist):
-            fvp = gauss_newton_fvp(params_fn, theta0, sub_old_dist.fisher_product, damping=cfg.damping)
-        else:
-
-            def mean_kl(theta: Tensor) -> Tensor:
-                return sub_old_dist.kl(policy.distribution(params_fn(theta), sub[1])).mean()
-
-            fvp = kl_hessian_fvp(mean_kl, theta0, damping=cfg.damping)
-        if self.world_size > 1:
-            local_fvp = fvp
-
-            def fvp(v: Tensor) -> Tensor:  # the global batch's Fisher on every rank
-                return rdist.all_reduce_(local_fvp(v), "mean")
-
+        sub, sub_old_dist = self._fvp_subsample(samples, old_params, old_dist)
+        fvp = self._fisher_vector_product(theta0, sub, sub_old_dist)
         cg = conjugate_gradient(fvp, g, iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
-        x = cg.x
-        zero = torch.zeros((), device=x.device, dtype=x.dtype)
-        if cfg.step_size_rule == "kl":
-            xAx = x.dot(fvp(x))
-            scale = torch.where(xAx > 0, torch.sqrt(2.0 * cfg.max_kl / torch.where(xAx > 0, xAx, 1.0)), zero)
-        else:
-            scale = torch.full((), cfg.trust_region_size, device=x.device, dtype=x.dtype)
-        direction = x
-
+        scale = self._step_scale(cg.x, fvp)
         if cfg.line_search:
-            coeffs = cfg.backtrack_coeff ** torch.arange(cfg.max_backtracks + 1, device=x.device, dtype=x.dtype)
-            scales = scale * coeffs  # [C]
-            candidates = theta0 + scales.unsqueeze(1) * direction  # [C, P]
-            sub_surr0 = surrogate(theta0, *sub)
-
-            def evaluate(theta: Tensor) -> tuple[Tensor, Tensor]:
-                dist = policy.distribution(self._dist_params(theta, sub[0]), sub[1])
-                surr = (torch.exp(dist.log_prob(sub[2]) - sub[3]) * sub[4]).mean()
-                return surr, sub_old_dist.kl(dist).mean()
-
-            with torch.no_grad():
-                surr_c, kl_c = vmap(evaluate)(candidates)  # [C] each, one batched pass
-                # Every rank accepts the same candidate: global surrogates and KLs.
-                reduced = rdist.all_reduce_(torch.cat([surr_c, kl_c, sub_surr0.detach().view(1)]), "mean")
-                surr_c, kl_c, sub_surr0 = reduced[: len(surr_c)], reduced[len(surr_c) : -1], reduced[-1]
-            ok = (kl_c <= cfg.max_kl) & (surr_c > sub_surr0) & torch.isfinite(surr_c)
-            first = torch.argmax(ok.to(torch.int8)).view(1)  # the largest acceptable step
-            accepted = ok.any()
-            # torch.where returns theta0's own values when rejected: bit-exact restore.
-            theta_new = torch.where(accepted, candidates.index_select(0, first).squeeze(0), theta0)
-            step_size = torch.where(accepted, scales.index_select(0, first).squeeze(0), zero)
-            backtracks = torch.where(accepted, first.squeeze(0).to(x.dtype), -torch.ones_like(zero))
+            theta_new, step_size, backtracks = self._line_search(theta0, cg.x, scale, sub, sub_old_dist)
         else:
-            theta_new = theta0 + scale * direction
-            step_size, backtracks = scale, zero
-
+            theta_new, step_size, backtracks = theta0 + scale * cg.x, scale, torch.zeros_like(scale)
         with torch.no_grad():
             for p, chunk in zip(self.actor_params, torch.split(theta_new, self._actor_sizes)):
                 p.copy_(chunk.view_as(p))
-            new_dist = policy.distribution(self._dist_params(theta_new, obs_n), obs)
-            kl = old_dist.kl(new_dist).mean()
-            surr_old = (torch.exp(old_dist.log_prob(actions) - old_logp) * advantages).mean()
-            surr_new = (torch.exp(new_dist.log_prob(actions) - old_logp) * advantages).mean()
-            entropy = old_dist.entropy().mean()
-        return [
-            -surr_new.float(),
-            -entropy.float(),
-            kl.float(),
-            step_size.float(),
-            cg.residual_norm.float(),
-            (surr_new - surr_old).float(),
-            backtracks.float(),
-        ]
+            new_dist = self._dist(theta_new, samples)
+            surr_old, surr_new = surrogate_of(old_dist, samples), surrogate_of(new_dist, samples)
+            return NaturalStep(
+                -surr_new, -old_dist.entropy().mean(), old_dist.kl(new_dist).mean(), step_size,
+                cg.residual_norm, surr_new - surr_old, backtracks,
+            )
 
-    def _fit_critic(self, obs: Obs, returns: Tensor) -> Tensor:
+    def _fvp_subsample(self, samples: Samples, old_params: Tensor, old_dist: Distribution) -> tuple[Samples, Distribution]:
+        """A random ``fvp_batch_size`` subsample for Fisher-vector products and the line
+        search, and the old distribution on it (from the ``[N, K]`` old parameters)."""
+        N, n = samples.advantages.shape[0], self.config.fvp_batch_size
+        if n >= N:
+            return samples, old_dist
+        idx = torch.randperm(N, device=self.device)[:n]
+        sub = samples.select(idx)
+        return sub, self.policy.distribution(old_params[idx], sub.obs)
+
+    def _fisher_vector_product(self, theta0: Tensor, sub: Samples, sub_old_dist: Distribution) -> Callable[[Tensor], Tensor]:
+        """``v -> (F + λ I) v`` at ``theta0`` on the subsample: Gauss-Newton with the
+        distribution's analytic Fisher, else the Hessian of the mean KL; under torchrun,
+        the global batch's Fisher on every rank."""
+        damping = self.config.damping
+
+        def params_fn(theta: Tensor) -> Tensor:
+            return functional_call(self._actor_view, self._unflatten(theta), (sub.obs_normalized,))
+
+        if _has_analytic_fisher(sub_old_dist):
+            fvp = gauss_newton_fvp(params_fn, theta0, sub_old_dist.fisher_product, damping=damping)
+        else:
+
+            def mean_kl(theta: Tensor) -> Tensor:
+                return sub_old_dist.kl(self.policy.distribution(params_fn(theta), sub.obs)).mean()
+
+            fvp = kl_hessian_fvp(mean_kl, theta0, damping=damping)
+        if self.world_size == 1:
+            return fvp
+        return lambda v: rdist.all_reduce_(fvp(v), "mean")
+
+    def _step_scale(self, x: Tensor, fvp: Callable[[Tensor], Tensor]) -> Tensor:
+        """The multiplier of the CG direction ``x``: ``sqrt(2δ / xᵀ(F + λ I)x)`` (``"kl"``;
+        0 for a direction of no curvature) or ``trust_region_size`` (``"fixed"``)."""
+        cfg = self.config
+        if cfg.step_size_rule != "kl":
+            return torch.full((), cfg.trust_region_size, device=x.device, dtype=x.dtype)
+        xAx = x.dot(fvp(x))
+        zero = torch.zeros((), device=x.device, dtype=x.dtype)
+        return torch.where(xAx > 0, torch.sqrt(2.0 * cfg.max_kl / torch.where(xAx > 0, xAx, 1.0)), zero)
+
+    def _line_search(
+        self, theta0: Tensor, direction: Tensor, scale: Tensor, sub: Samples, sub_old_dist: Distribution
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """TRPO's backtracking: the largest of ``scale · backtrack_coeff^k · direction`` whose
+        KL is within ``max_kl`` and whose surrogate improves, all candidates evaluated in
+        one ``vmap``-ed pass and chosen on the device (every rank chooses alike).
+
+        Returns:
+            ``(theta_new, step_size, backtracks)``: ``theta0`` itself, 0 and -1 when every
+            candidate is rejected.
+        """
+        cfg = self.config
+        coeffs = cfg.backtrack_coeff ** torch.arange(cfg.max_backtracks + 1, device=theta0.device, dtype=theta0.dtype)
+        scales = scale * coeffs  # [C]
+        candidates = theta0 + scales.unsqueeze(1) * direction  # [C, P]
+
+        def evaluate(theta: Tensor) -> tuple[Tensor, Tensor]:
+            return self._surrogate(theta, sub), sub_old_dist.kl(self._dist(theta, sub)).mean()
+
+        with torch.no_grad():
+            surr0 = self._surrogate(theta0, sub)
+            surr_c, kl_c = vmap(evaluate)(candidates)  # [C] each, one batched pass
+            C = len(surr_c)
+            reduced = rdist.all_reduce_(torch.cat([surr_c, kl_c, surr0.view(1)]), "mean")  # global surrogates and KLs
+            surr_c, kl_c, surr0 = reduced[:C], reduced[C:-1], reduced[-1]
+        ok = (kl_c <= cfg.max_kl) & (surr_c > surr0) & torch.isfinite(surr_c)
+        first = torch.argmax(ok.to(torch.int8)).view(1)  # the largest acceptable step
+        accepted = ok.any()
+        zero = torch.zeros((), device=theta0.device, dtype=theta0.dtype)
+        # torch.where returns theta0's own values when rejected: bit-exact restore.
+        theta_new = torch.where(accepted, candidates.index_select(0, first).squeeze(0), theta0)
+        step_size = torch.where(accepted, scales.index_select(0, first).squeeze(0), zero)
+        backtracks = torch.where(accepted, first.squeeze(0).to(theta0.dtype), -torch.ones_like(zero))
+        return theta_new, step_size, backtracks
+
+    def _fit_critic(self, obs_normalized: Obs, returns: Tensor) -> Tensor:
         """Regress the critic on the λ-returns; the mean loss over minibatches (0-d)."""
         cfg = self.config
         N = returns.shape[0]
         M = cfg.critic_minibatch_size or N
-        obs_n = self.policy.normalize(obs)
         value_fn = getattr(self.policy.model, "value", None) or (lambda o: self.policy.model(o)[1])
         total = torch.zeros((), device=self.device)
         count = 0
@@ -281,7 +316,7 @@ class NPG(Algorithm):
             for lo in range(0, N, M):
                 mb = index[lo : lo + M]
                 with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
-                    values = value_fn(obs_n[mb])
+                    values = value_fn(obs_normalized[mb])
                 loss = 0.5 * (values.float() - returns[mb]).square().mean()
                 self.grad_scaler.scale(loss).backward()
                 self._optimizer_step(self.critic_params)

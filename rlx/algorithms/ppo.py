@@ -20,12 +20,13 @@ from torch import Tensor
 from rlx import distributed as rdist
 from rlx._sync import allowed_sync
 from rlx.algorithms.base import Algorithm
-from rlx.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS, VALUES
-from rlx.env import OBS
-from rlx.policy import EvalOutput
+from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
+from rlx.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
+from rlx.cuda_graphs import GraphedCall
+from rlx.policy import Obs
+from rlx.rollout import ActFn, ValueFn
 from rlx.schedulers import Schedule
-
-Obs = Tensor | TensorDictBase
+from rlx.stats import Stats
 
 if TYPE_CHECKING:
     from rlx.config import AlgorithmConfig
@@ -34,16 +35,13 @@ if TYPE_CHECKING:
 __all__ = ["PPO", "PPOLosses", "ppo_losses", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE", "default_cpu_micro_batch_size"]
 
 #: Default ``micro_batch_size`` on a CPU for models up to 128 wide; wider ones get
-#: :data:`CPU_WIDE_MICRO_BATCH_SIZE`. Whole-buffer passes spill out of cache (32k rows:
-#: 1.5-2x slower per row), and small passes repeat the dispatch of a hundred-odd ops per
-#: pass. ``python benchmarks/cpu_rows.py``'s step() table (B=1024, T=32, 8192-sample
-#: minibatches, 4 epochs; three runs on an Intel Xeon with AMX, 2 threads), in ms for
-#: passes of 1024 / 2048 / 4096 / 8192 rows: 64x64 MLP 187-215 / 128-150 / 103-124 /
-#: 162-191; 128x128 280-321 / 222-264 / 203-293 / 234-307 (2048 and 4096 each won a
-#: run, and another by hand with tanh 202 ms at 4096 against 220 at 2048).
+#: :data:`CPU_WIDE_MICRO_BATCH_SIZE`. Whole-buffer passes spill out of cache, and small
+#: passes repeat the dispatch of a hundred-odd ops per pass: the fastest size per width
+#: comes from ``python benchmarks/cpu_rows.py``'s ``step()`` table (its rows are in
+#: ``benchmarks/results/cpu_rows.jsonl``; rerun it on a new CPU).
 CPU_MICRO_BATCH_SIZE = 4096
 #: Default ``micro_batch_size`` on a CPU for models wider than 128 (more activation
-#: bytes per row): 256x256 took 582-680 / 532-632 / 603-716 / 606-698 ms in that table.
+#: bytes per row), from the same table.
 CPU_WIDE_MICRO_BATCH_SIZE = 2048
 
 
@@ -120,7 +118,7 @@ def ppo_losses(
     return PPOLosses(total, policy_loss.detach(), vf_loss.detach(), entropy_loss.detach(), kl, clip_fraction)
 
 
-def _gather(x: Tensor | TensorDictBase, index: Tensor, out: Tensor | None) -> Tensor | TensorDictBase:
+def _gather(x: Obs, index: Tensor, out: Tensor | None) -> Obs:
     if isinstance(x, Tensor):
         return torch.index_select(x, 0, index, out=out)
     return x[index]
@@ -142,20 +140,16 @@ class PPO(Algorithm):
         # A tensor, updated with fill_, so a captured update graph sees new values.
         self._entropy_coeff_value = self.entropy_schedule.value(0)
         self.entropy_coeff = torch.tensor(self._entropy_coeff_value, device=self.device)
-        self._epoch_batch: dict[str, Tensor] = {}
-        self._graph: torch.cuda.CUDAGraph | None = None
-        self._graph_inputs: dict[str, Tensor] = {}
-        self._graph_stats: Tensor | None = None
-        self._graph_warmups = 0
+        self.minibatches = self._minibatch_source()
         self._micro_units = self._micro_batch_units()
+        self._epoch_batch: dict[str, Tensor] = {}
+        # cudagraphs: the minibatch update replays from static inputs (made on first use).
+        self._graph_inputs: dict[str, Tensor] = {}
+        self.update_graph: GraphedCall[Tensor] | None = None
         self._loss_fn = self._losses
         if config.compile:
             if not isinstance(self.env.observation_spec.zero(), Tensor):
                 raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
-            # A second shape (the last value pass, a last minibatch) recompiles once with
-            # dynamic shapes, which then serve every size.
-            self._sample_actions = torch.compile(self.policy.sample_actions)
-            self._values = torch.compile(self.policy.value)
             self._loss_fn = torch.compile(self._losses)
         if config.cudagraphs:
             if self.device.type != "cuda":
@@ -163,38 +157,32 @@ class PPO(Algorithm):
             if self.world_size > 1:
                 raise ValueError("AlgorithmConfig.cudagraphs: not supported under torch.distributed yet")
 
+    @property
+    def uses_cuda_graphs(self) -> bool:
+        return self.config.cudagraphs
+
+    def _rollout_fns(self) -> tuple[ActFn | None, ValueFn | None]:
+        if not self.config.compile:
+            return None, None
+        # A second shape (the last value pass) recompiles once with dynamic shapes, which
+        # then serve every size.
+        return torch.compile(self.policy.act_step), torch.compile(self.policy.value_step)
+
+    def _minibatch_source(self) -> MinibatchSource:
+        """The units the update shuffles and slices: single samples."""
+        return Samples()
+
     def _micro_batch_units(self) -> int:
         """Units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
         micro = self.config.micro_batch_size
         if micro is None:
             micro = default_cpu_micro_batch_size(self.policy.model) if self.device.type == "cpu" else 0
-        return max(1, micro // self._unit_samples()) if micro else sys.maxsize
-
-    def _unit_samples(self) -> int:
-        """Samples per unit: 1."""
-        return 1
-
-    # The update shuffles and slices "units": samples here, whole sequences in the
-    # recurrent subclass. The methods below are all that differs between the two.
-
-    def _num_units(self) -> tuple[int, int]:
-        """``(units in the rollout, units per minibatch)``: samples, ``(N, M)``."""
-        return self.num_envs * self.horizon, self.config.minibatch_size
-
-    def _training_batch(self) -> dict[str, Obs]:
-        """The rollout as ``[N, ...]`` entries, advantages normalized if configured."""
-        batch = self._flat_batch()
-        if self.config.normalize_advantages:
-            batch[ADVANTAGES] = self._normalized_advantages(batch[ADVANTAGES])
-        return batch
-
-    def _evaluate_minibatch(self, mb: dict[str, Obs]) -> tuple[EvalOutput, dict[str, Obs]]:
-        """The policy's outputs on a minibatch, and the rollout entries they pair with,
-        both ``[M, ...]``."""
-        return self.policy.evaluate(mb[OBS], mb[ACTIONS]), mb
+        return max(1, micro // self.minibatches.unit_samples) if micro else sys.maxsize
 
     def _minibatch_bounds(self) -> list[tuple[int, int]]:
-        n, m = self._num_units()
+        """``(first unit, units)`` of each minibatch of an epoch."""
+        n = self.minibatches.num_units(self.num_envs, self.horizon)
+        m = self.config.minibatch_size // self.minibatches.unit_samples
         return [(start, min(m, n - start)) for start in range(0, n, m)]
 
     def step(self) -> dict[str, float]:
@@ -213,40 +201,56 @@ class PPO(Algorithm):
         self._check_buffered()
         start = time.perf_counter()
         cfg = self.config
-        N = self._num_units()[0]
         self._compute_advantages()
-        batch = self._training_batch()
+        normalize = self._normalized_advantages if cfg.normalize_advantages else None
+        batch = self.minibatches.batch(self.buffer, self.horizon, normalize)
         lr, entropy_coeff = self.lr, self._entropy_coeff_value
+        means, epochs_run = self._run_epochs(batch)
+        self._finish_step()
+        self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
+        self.entropy_coeff.fill_(self._entropy_coeff_value)
+        stats = Stats()
+        for name, value in (("losses/total", means.total), ("losses/policy", means.policy), ("losses/vf", means.vf),
+                            ("losses/entropy", means.entropy), ("monitors/kl_div", means.kl),
+                            ("monitors/clip_fraction", means.clip_fraction)):
+            stats.add(name, value)
+        stats.add("params/finite", self._params_finite(), "min")
+        host = stats.to_host()  # SYNC: the stats of step()
+        out = {
+            **{k: v for k, v in host.items() if k != "params/finite"},
+            "monitors/sgd_epochs": float(epochs_run),
+            "monitors/lr": lr,
+            "coefficients/entropy": entropy_coeff,
+            "coefficients/vf": float(cfg.vf_coeff),
+            "profiling/step_ms": 1e3 * (time.perf_counter() - start),
+        }
+        self._check_params_finite(host, out)
+        return out
 
+    def _run_epochs(self, batch: Batch) -> tuple[PPOLosses, int]:
+        """The epochs of minibatch updates; the mean losses over the minibatches run and
+        the number of epochs run."""
+        cfg = self.config
         bounds = self._minibatch_bounds()
-        num_minibatches = len(bounds)
+        num_minibatches, N = len(bounds), sum(size for _, size in bounds)
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        sums = torch.zeros(6, device=self.device)  # total, policy, vf, entropy, kl, clip_fraction
+        sums = torch.zeros(len(PPOLosses._fields), device=self.device)  # [6], in PPOLosses' order
         epochs_run = 0
         for _ in range(cfg.num_sgd_iters):
-            if cfg.shuffle_minibatches and num_minibatches > 1:
-                # One gather per epoch into contiguous memory; minibatches are views of it.
-                index = torch.randperm(N, device=self.device)
-                epoch = {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
-                if not self._epoch_batch:
-                    self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
-            else:
-                # The flat batch is already contiguous, and one whole-batch minibatch
-                # takes the same mean in any order: no permutation, no copy.
-                epoch = batch
+            epoch = self._epoch(batch, N, num_minibatches)
             epoch_kl = torch.zeros((), device=self.device)
             for k, (lo, size) in enumerate(bounds):
                 mb = {key: x[lo : lo + size] for key, x in epoch.items()}
                 if cfg.cudagraphs:
-                    stats = self._graphed_update(mb, params)
+                    losses = self._graphed_update(mb, params)
                 else:
                     # With accumulation each minibatch mean is weighted by its share of
                     # the buffer, so the summed gradient is exactly the full-batch one.
                     weight = size / N if cfg.accumulate_grads else 1.0
                     step_now = not cfg.accumulate_grads or k == num_minibatches - 1
-                    stats = self._update(mb, params, weight=weight, step=step_now)
-                sums += stats
-                epoch_kl += stats[4]
+                    losses = self._update(mb, params, weight=weight, step=step_now)
+                sums += losses
+                epoch_kl += losses[PPOLosses._fields.index("kl")]
             epochs_run += 1
             if cfg.target_kl_div is not None:
                 global_kl = rdist.all_reduce_(epoch_kl / num_minibatches, "mean")  # every rank decides alike
@@ -256,30 +260,22 @@ class PPO(Algorithm):
                     self._adapt_lr(kl)
                 if kl > 1.5 * cfg.target_kl_div:
                     break
+        return PPOLosses(*(sums / (epochs_run * num_minibatches)).unbind()), epochs_run
 
-        self._finish_step()
-        self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
-        self.entropy_coeff.fill_(self._entropy_coeff_value)
-        means = rdist.all_reduce_(torch.cat([sums / (epochs_run * num_minibatches), self._params_finite()[None]]), "mean")
-        with allowed_sync():
-            means = means.tolist()  # SYNC: the stats of step()
-        stats = {
-            "losses/total": means[0],
-            "losses/policy": means[1],
-            "losses/vf": means[2],
-            "losses/entropy": means[3],
-            "monitors/kl_div": means[4],
-            "monitors/clip_fraction": means[5],
-            "monitors/sgd_epochs": float(epochs_run),
-            "monitors/lr": lr,
-            "coefficients/entropy": entropy_coeff,
-            "coefficients/vf": float(cfg.vf_coeff),
-            "profiling/step_ms": 1e3 * (time.perf_counter() - start),
-        }
-        self._check_params_finite(means[6], stats)
-        return stats
+    def _epoch(self, batch: Batch, N: int, num_minibatches: int) -> Batch:
+        """The batch in this epoch's order: one gather per epoch into contiguous memory,
+        whose minibatches are views."""
+        if not self.config.shuffle_minibatches or num_minibatches == 1:
+            # The batch is already contiguous, and one whole-batch minibatch takes the
+            # same mean in any order: no permutation, no copy.
+            return batch
+        index = torch.randperm(N, device=self.device)
+        epoch = {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
+        if not self._epoch_batch:
+            self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
+        return epoch
 
-    def _update(self, mb: dict[str, Tensor], params: list, *, weight: float = 1.0, step: bool = True) -> Tensor:
+    def _update(self, mb: Batch, params: list, *, weight: float = 1.0, step: bool = True) -> Tensor:
         """One minibatch: forward, PPO losses, backward, and (when ``step``) the optimizer.
 
         A minibatch larger than the micro-batch is run in micro-batches whose gradients
@@ -287,14 +283,14 @@ class PPO(Algorithm):
         pass, up to float rounding, with activations that stay in cache on a CPU.
 
         Returns:
-            ``[6]``: total, policy, vf and entropy losses, approximate KL, clip fraction.
+            ``[6]``: the :class:`PPOLosses` of the minibatch, stacked in field order.
         """
         size = next(iter(mb.values())).shape[0]
         chunk = self._micro_units
         if size <= chunk:
             stats = self._backward(mb, weight)
         else:
-            stats = torch.zeros(6, device=self.device)
+            stats = torch.zeros(len(PPOLosses._fields), device=self.device)
             for lo in range(0, size, chunk):
                 part = {key: x[lo : lo + chunk] for key, x in mb.items()}
                 share = min(chunk, size - lo) / size
@@ -303,17 +299,17 @@ class PPO(Algorithm):
             self._optimizer_step(params)
         return stats
 
-    def _backward(self, mb: dict[str, Tensor], weight: float) -> Tensor:
+    def _backward(self, mb: Batch, weight: float) -> Tensor:
         """Forward, PPO losses and backward of ``weight * loss`` (no optimizer step)."""
         losses = self._loss_fn(mb)
         self.grad_scaler.scale(losses.total * weight if weight != 1.0 else losses.total).backward()
         return torch.stack([losses.total.detach(), *losses[1:]])
 
-    def _losses(self, mb: dict[str, Tensor]) -> PPOLosses:
+    def _losses(self, mb: Batch) -> PPOLosses:
         """The policy's forward pass on a minibatch and its PPO losses."""
         cfg = self.config
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
-            out, rollout = self._evaluate_minibatch(mb)
+            out, rollout = self.minibatches.evaluate(self.policy, mb)
         return ppo_losses(
             out.logp,
             out.entropy,
@@ -329,31 +325,19 @@ class PPO(Algorithm):
             entropy_coeff=self.entropy_coeff,
         )
 
-    def _graphed_update(self, mb: dict[str, Tensor], params: list) -> Tensor:
-        """:meth:`_update` through a CUDA graph: copy the minibatch into static inputs and
-        replay. The first three calls run eagerly on a side stream (allocator, cuBLAS and
-        Adam state warm-up, as CUDA graph capture requires); the fourth captures."""
-        if not self._graph_inputs:
+    def _graphed_update(self, mb: Batch, params: list) -> Tensor:
+        """:meth:`_update` through a CUDA graph (:class:`~rlx.cuda_graphs.GraphedCall`):
+        the minibatch is copied into static inputs, then the update runs or replays."""
+        if self.update_graph is None:
             self._graph_inputs = {k: torch.empty_like(v) for k, v in mb.items()}
+            self.update_graph = GraphedCall(
+                lambda: self._update(self._graph_inputs, params),
+                self.device,
+                before_capture=lambda: self.optimizer.zero_grad(set_to_none=True),
+            )
         for key, value in mb.items():
             self._graph_inputs[key].copy_(value)
-        if self._graph is not None:
-            self._graph.replay()
-            return self._graph_stats.clone()
-        if self._graph_warmups < 3:
-            side = torch.cuda.Stream(self.device)
-            side.wait_stream(torch.cuda.current_stream(self.device))
-            with torch.cuda.stream(side):
-                stats = self._update(self._graph_inputs, params)
-            torch.cuda.current_stream(self.device).wait_stream(side)
-            self._graph_warmups += 1
-            return stats
-        self.optimizer.zero_grad(set_to_none=True)
-        self._graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self._graph):
-            self._graph_stats = self._update(self._graph_inputs, params)
-        self._graph.replay()  # capture records kernels without running them
-        return self._graph_stats.clone()
+        return self.update_graph().clone()
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)

@@ -192,7 +192,7 @@ def test_values_computed_after_the_loop_equal_the_acting_values(rows_per_pass, m
     monkeypatch.setattr("rlx.algorithms.base.VALUE_PASS_ROWS", rows_per_pass)
     algo = AlgorithmConfig(num_envs=6, horizon=9, device="cpu", seed=0, normalize_obs=True,
                            model_config={"hiddens": [16]}).build(CartPole)
-    assert algo._values_after_loop  # the default model has separate heads
+    assert not algo.policy.values_while_acting  # the default model has separate heads
     for _ in range(2):
         algo.collect()
         algo.step()
@@ -260,7 +260,7 @@ def test_truncation_bootstrap_values_exactly_the_truncated_steps(num_envs, horiz
     env_cls = type("Env", (RandomEndsEnv,), {"p_truncate": p_truncate})
     algo = _build(env_cls, num_envs=num_envs, horizon=horizon)
     if capacity is not None:
-        algo._set_truncation_capacity(capacity)
+        algo.rollout.set_truncation_capacity(capacity)
     for _ in range(3):
         algo.collect()
         buf = algo.buffer
@@ -268,9 +268,9 @@ def test_truncation_bootstrap_values_exactly_the_truncated_steps(num_envs, horiz
         flat = buf["final_obs"][:, :horizon].reshape(-1, 3)
         expected = algo.policy.value(flat).view(num_envs, horizon, 1).masked_fill(~truncated, 0.0)
         assert_close(buf["final_values"][:, :horizon], expected, atol=1e-6, rtol=1e-5)
-        assert_close(algo._all_final_values(), expected, atol=1e-6, rtol=1e-5)
-        compacted, overflow = algo._truncated_final_values()
-        assert bool(overflow) == (int(truncated.sum()) > algo._truncation_capacity)
+        assert_close(algo.rollout.all_final_values(), expected, atol=1e-6, rtol=1e-5)
+        compacted, overflow = algo.rollout.truncated_final_values()
+        assert bool(overflow) == (int(truncated.sum()) > algo.rollout.truncation_capacity)
         if not overflow:
             assert_close(compacted, expected, atol=1e-6, rtol=1e-5)
         algo.step()
@@ -279,8 +279,8 @@ def test_truncation_bootstrap_values_exactly_the_truncated_steps(num_envs, horiz
 def test_truncation_capacity_follows_the_env_time_limit() -> None:
     from rlx.envs import Pendulum  # truncates at 200 steps
 
-    assert _build(Pendulum, num_envs=4, horizon=64)._truncation_capacity == 4
-    assert _build(Pendulum, num_envs=4, horizon=200)._truncation_capacity == 4
-    assert _build(Pendulum, num_envs=4, horizon=201)._truncation_capacity == 8  # twice in 201 steps
-    assert _build(RandomEndsEnv, num_envs=4, horizon=16)._truncation_capacity == 4  # no declared limit
-    assert _build(RandomEndsEnv, num_envs=4, horizon=1)._truncation_capacity == 4  # B * T: plain pass
+    assert _build(Pendulum, num_envs=4, horizon=64).rollout.truncation_capacity == 4
+    assert _build(Pendulum, num_envs=4, horizon=200).rollout.truncation_capacity == 4
+    assert _build(Pendulum, num_envs=4, horizon=201).rollout.truncation_capacity == 8  # twice in 201 steps
+    assert _build(RandomEndsEnv, num_envs=4, horizon=16).rollout.truncation_capacity == 4  # no declared limit
+    assert _build(RandomEndsEnv, num_envs=4, horizon=1).rollout.truncation_capacity == 4  # B * T: plain pass

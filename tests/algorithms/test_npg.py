@@ -10,7 +10,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from rlx import NPGConfig
-from rlx.algorithms.npg import split_actor_critic
+from rlx.algorithms.npg import Samples, split_actor_critic
 from rlx.distributions import Categorical, Distribution
 from rlx.envs import CartPole, Pendulum
 
@@ -36,16 +36,17 @@ def _batch(algo):
     algo._compute_advantages()
     batch = algo._flat_batch()
     adv = batch["advantages"]
-    return batch["obs"], batch["actions"], batch["logp"], (adv - adv.mean()) / adv.std()
+    obs = batch["obs"]
+    return algo.policy.normalize(obs), obs, batch["actions"], batch["logp"], (adv - adv.mean()) / adv.std()
 
 
 def _kl_after_step(algo, batch, scale: float = 1.0) -> float:
     before = _actor(algo)
-    obs, actions, logp, adv = batch
-    stats = algo._natural_step(obs, actions, logp, adv * scale)
+    obs_normalized, obs, actions, logp, adv = batch
+    stats = algo._natural_step(Samples(obs_normalized, obs, actions, logp, adv * scale))
     for p, b in zip(algo.actor_params, before):  # restore for the next measurement
         p.data.copy_(b)
-    return stats[2].item()
+    return stats.kl.item()
 
 
 @pytest.mark.parametrize("env_cls", [CartPole, Pendulum])

@@ -16,7 +16,8 @@ from rlx import AlgorithmConfig, ConfigError, RecurrentAlgorithmConfig
 from rlx.buffer import ACTIONS, HIDDEN, LOGP, RESETS, VALUES
 from rlx.env import OBS, Env, EnvOutputError
 from rlx.envs import CartPole, CartPoleNoVelocity, CueRecall
-from rlx.trainer import evaluate_policy
+from rlx.evaluation import evaluate_policy
+from rlx.policy import RecurrentPolicy
 
 STEP_KEYS = [
     "losses/total", "losses/policy", "losses/vf", "losses/entropy",
@@ -108,7 +109,8 @@ def test_seq_len_defaults_to_the_horizon_and_minibatches_hold_whole_sequences() 
     config = RecurrentAlgorithmConfig(num_envs=4, horizon=12, device="cpu")
     assert config.sequence_length == 12
     algo = _config(num_envs=4, sgd_minibatch_size=8).build(CartPole)
-    assert algo._num_units() == (4 * 3, 2)  # 12 sequences of 4 steps, 2 per minibatch
+    assert algo.minibatches.num_units(4, 12) == 4 * 3  # 12 sequences of 4 steps
+    assert [size for _, size in algo._minibatch_bounds()] == [2] * 6  # 2 per minibatch
 
 
 def test_a_model_without_the_recurrent_interface_is_refused(scripted_env) -> None:
@@ -293,8 +295,10 @@ def test_state_dict_round_trips_the_live_hidden_states_and_resumes_exactly(burn_
 
 def test_the_recurrent_policy_refuses_stateless_calls() -> None:
     algo = _config().build(CartPole)
-    with pytest.raises(TypeError, match="act_step"):
-        algo.policy.act(torch.zeros(2, 4))
+    for name in ("act", "evaluate", "value"):
+        assert not hasattr(RecurrentPolicy, name)
+        with pytest.raises(AttributeError, match="act_step"):
+            getattr(algo.policy, name)(torch.zeros(2, 4))
 
 
 # -- learning ------------------------------------------------------------------------------

@@ -1,0 +1,102 @@
+"""Pure functions over a rollout's tensors: episode statistics and the truncation gather.
+
+Leaves: tensors in, tensors out, no state and no host sync.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor
+
+from rlx.env import OBS
+
+__all__ = ["EpisodeStats", "carry_episodes", "episode_statistics", "float_leaves", "truncated_slots"]
+
+
+def float_leaves(x: Tensor | TensorDictBase) -> list[tuple[str, Tensor]]:
+    """``[(name, tensor)]`` for every floating entry of an observation (``obs`` or
+    ``obs.<key>``): what a NaN check looks at."""
+    if isinstance(x, Tensor):
+        return [(OBS, x)] if x.is_floating_point() else []
+    return [
+        (f"{OBS}.{'.'.join(k) if isinstance(k, tuple) else k}", v)
+        for k, v in x.items(include_nested=True, leaves_only=True)
+        if v.is_floating_point()
+    ]
+
+
+class EpisodeStats(NamedTuple):
+    """Episodes that ended in one rollout, and the ones it leaves unfinished."""
+
+    count: Tensor  #: ``[]`` float64, episodes that ended
+    return_sum: Tensor  #: ``[]`` float64, the sum of their returns
+    length_sum: Tensor  #: ``[]`` float64, the sum of their lengths
+    next_return: Tensor  #: ``[B]`` float64, each env's unfinished return after the rollout
+    next_length: Tensor  #: ``[B]`` float64, each env's unfinished length after the rollout
+
+
+def episode_statistics(
+    rewards: Tensor, dones: Tensor, carried_return: Tensor, carried_length: Tensor, time_index: Tensor
+) -> EpisodeStats:
+    """Returns and lengths of the episodes that ended in a rollout, with no loop over T.
+
+    With ``S`` the running sum of rewards (starting from the return carried in from earlier
+    rollouts), an episode ending at ``t`` whose previous end in this rollout was at ``p``
+    has return ``S_t - S_p`` (``S_t`` when there was none) and length ``t - p`` (``t + 1``
+    plus the carried length when there was none).
+
+    Args:
+        rewards: ``[B, T]`` float64.
+        dones: ``[B, T]`` bool, the step ended an episode.
+        carried_return, carried_length: ``[B]`` float64, each env's unfinished episode.
+        time_index: ``[T]``, ``arange(T)`` on the device.
+    """
+    B, T = rewards.shape
+    running = carried_return.unsqueeze(1) + torch.cumsum(rewards, dim=1)  # [B, T]
+    last_end = torch.cummax(torch.where(dones, time_index, -1), dim=1).values  # last end <= t
+    prev_end = torch.cat([last_end.new_full((B, 1), -1), last_end[:, :-1]], dim=1)  # last end < t
+    has_prev = prev_end >= 0
+    prev_running = torch.where(has_prev, running.gather(1, prev_end.clamp(min=0)), 0.0)
+    episode_return = running - prev_running  # [B, T], meaningful where dones
+    episode_length = torch.where(has_prev, time_index - prev_end, time_index + 1 + carried_length.unsqueeze(1))
+    d = dones.double()
+    # What stays unfinished: the part after each env's last end (all of it without one).
+    final_end = last_end[:, -1]
+    ended = final_end >= 0
+    end_running = running.gather(1, final_end.clamp(min=0).unsqueeze(1)).squeeze(1)
+    next_return = torch.where(ended, running[:, -1] - end_running, running[:, -1])
+    next_length = torch.where(ended, (T - 1 - final_end).double(), carried_length + T)
+    return EpisodeStats(d.sum(), (episode_return * d).sum(), (episode_length * d).sum(), next_return, next_length)
+
+
+def carry_episodes(stats: EpisodeStats, episode_return: Tensor, episode_length: Tensor) -> None:
+    """Write the unfinished episodes into the carried ``[B]`` tensors, in place."""
+    episode_return.copy_(stats.next_return)
+    episode_length.copy_(stats.next_length)
+
+
+def truncated_slots(truncated: Tensor, ranks: Tensor, horizon: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Where the first ``K`` truncated steps of a rollout are, found without a host sync.
+
+    The ``k``-th truncated step in flat order is found with a ``searchsorted`` on the
+    running count of truncations.
+
+    Args:
+        truncated: ``[N]`` bool in flat order ``b * T + t``.
+        ranks: ``[K]``, ``arange(1, K + 1)``: the truncation counts to look for.
+        horizon: ``T``.
+
+    Returns:
+        ``env_idx [K]`` and ``step_idx [K]`` of the k-th truncated step (unused slots
+        point at a valid row, whose value is dropped), ``slot [N]``: each row's slot in
+        ``0..K-1``, or ``K`` for rows that did not truncate or came after the K-th, and
+        ``overflow []`` bool: more than ``K`` steps truncated.
+    """
+    N, K = truncated.shape[0], ranks.shape[0]
+    count = torch.cumsum(truncated, 0)  # [N] truncations up to each row
+    rows = torch.searchsorted(count, ranks).clamp_(max=N - 1)  # [K] flat row of each rank
+    slot = torch.where(truncated & (count <= K), count - 1, K)  # [N]
+    return rows // horizon, rows % horizon, slot, count[-1] > K

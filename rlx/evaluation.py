@@ -1,0 +1,65 @@
+"""Evaluating a policy on a separate env: complete episodes, deterministic by default."""
+
+from __future__ import annotations
+
+import math
+import torch
+
+from rlx._sync import allowed_sync
+from rlx.env import OBS, REWARDS, TERMINATED, TRUNCATED
+from rlx.policy import PolicyBase
+
+__all__ = ["evaluate_policy"]
+
+
+@torch.no_grad()
+def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: int, deterministic: bool = True) -> dict[str, float]:
+    """Run the policy on ``env`` until ``episodes`` episodes have ended, in all sub-envs.
+
+    Episodes that are still running when enough have ended are not counted, nor are
+    those cut by ``max_steps``. Uses a fork of torch's RNG, so training continues with
+    the same random numbers whether or not it evaluates.
+
+    Returns:
+        ``eval/return_mean``, ``eval/length_mean`` (NaN when no episode ended) and
+        ``eval/episodes``.
+    """
+    devices = [env.device] if torch.device(env.device).type == "cuda" else []
+    with torch.random.fork_rng(devices=devices):
+        obs = env.reset()
+        B = env.num_envs
+        device = torch.device(env.device)
+        ret = torch.zeros(B, dtype=torch.float64, device=device)
+        length = torch.zeros(B, dtype=torch.float64, device=device)
+        totals = torch.zeros(3, dtype=torch.float64, device=device)  # count, return sum, length sum
+        # Every sub-env starts from the policy's initial state (empty for a feedforward
+        # policy) and restarts from it at each episode end.
+        state = policy.initial_state(B)
+        resets = torch.ones(B, 1, dtype=torch.bool, device=device)
+        for t in range(max_steps):
+            step = policy.act_step(obs, state, resets, deterministic=deterministic)
+            state = step.state
+            out = env.step(step.env_actions)
+            ret += out.get(REWARDS).squeeze(-1).double()
+            length += 1
+            done = torch.zeros(B, dtype=torch.bool, device=device)
+            for key in (TERMINATED, TRUNCATED):
+                if key in out.keys():
+                    done |= out.get(key).squeeze(-1)
+            resets = done.unsqueeze(-1)
+            d = done.double()
+            totals += torch.stack([d.sum(), (ret * d).sum(), (length * d).sum()])
+            ret *= 1 - d
+            length *= 1 - d
+            obs = out.get(OBS)
+            if t % 32 == 31:
+                with allowed_sync():
+                    if totals[0].item() >= episodes:  # SYNC: evaluation only, every 32 steps
+                        break
+        with allowed_sync():
+            count, return_sum, length_sum = totals.tolist()  # SYNC: evaluation result
+    return {
+        "eval/return_mean": return_sum / count if count else math.nan,
+        "eval/length_mean": length_sum / count if count else math.nan,
+        "eval/episodes": count,
+    }

@@ -1,0 +1,139 @@
+"""Stop conditions: when a training run ends (budgets, metric goals, plateaus).
+
+Each condition is called after every iteration with the trainer and that iteration's
+metrics and returns a reason to stop or ``None``; conditions compose by "any". A
+condition with memory (:class:`MetricPlateau`) saves it in the trainer's checkpoint.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import TYPE_CHECKING, Any, Protocol
+
+from rlx.run_config import TrainerConfig
+
+if TYPE_CHECKING:
+    from rlx.trainer import Trainer
+
+__all__ = [
+    "MaxEnvSteps",
+    "MaxIterations",
+    "MaxWallTime",
+    "MetricPlateau",
+    "MetricThreshold",
+    "StopCondition",
+    "stop_conditions_from_config",
+]
+
+
+class StopCondition(Protocol):
+    """Decides after each iteration whether training stops; conditions compose by "any"."""
+
+    def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
+        """The reason to stop, or ``None`` to go on."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class _Stateless:
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        pass
+
+
+@dataclasses.dataclass
+class MaxEnvSteps(_Stateless):
+    """Stop once ``limit`` env transitions have been collected."""
+
+    limit: int
+
+    def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
+        return f"reached {self.limit} env steps" if trainer.algorithm.env_steps >= self.limit else None
+
+
+@dataclasses.dataclass
+class MaxIterations(_Stateless):
+    """Stop after ``limit`` iterations."""
+
+    limit: int
+
+    def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
+        return f"reached {self.limit} iterations" if trainer.iteration >= self.limit else None
+
+
+@dataclasses.dataclass
+class MaxWallTime(_Stateless):
+    """Stop after ``seconds`` of training time."""
+
+    seconds: float
+
+    def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
+        return f"reached {self.seconds:g} s of training" if trainer.wall_s >= self.seconds else None
+
+
+@dataclasses.dataclass
+class MetricThreshold(_Stateless):
+    """Stop once ``metrics[key]`` is at least (``above=True``) or at most ``threshold``."""
+
+    key: str
+    threshold: float
+    above: bool = True
+
+    def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
+        value = metrics.get(self.key)
+        if value is None or math.isnan(value):
+            return None
+        hit = value >= self.threshold if self.above else value <= self.threshold
+        return f"{self.key} = {value:.4g} {'>=' if self.above else '<='} {self.threshold:g}" if hit else None
+
+
+@dataclasses.dataclass
+class MetricPlateau:
+    """Stop when ``metrics[key]`` has not risen by ``min_delta`` for ``patience`` reports."""
+
+    key: str
+    patience: int
+    min_delta: float = 0.0
+    best: float = -math.inf
+    since_best: int = 0
+
+    def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
+        value = metrics.get(self.key)
+        if value is None or math.isnan(value):
+            return None
+        if value > self.best + self.min_delta:
+            self.best, self.since_best = value, 0
+            return None
+        self.since_best += 1
+        if self.since_best >= self.patience:
+            return f"{self.key} has not improved on {self.best:.4g} for {self.patience} iterations"
+        return None
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"best": self.best, "since_best": self.since_best}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.best, self.since_best = state["best"], state["since_best"]
+
+
+def stop_conditions_from_config(config: TrainerConfig) -> list[StopCondition]:
+    """The stop conditions a :class:`TrainerConfig` asks for."""
+    conditions: list[StopCondition] = []
+    if config.max_env_steps is not None:
+        conditions.append(MaxEnvSteps(config.max_env_steps))
+    if config.max_iterations is not None:
+        conditions.append(MaxIterations(config.max_iterations))
+    if config.max_wall_s is not None:
+        conditions.append(MaxWallTime(config.max_wall_s))
+    for key, value in (config.stop_at or {}).items():
+        conditions.append(MetricThreshold(key, float(value), above=True))
+    for key, value in (config.stop_below or {}).items():
+        conditions.append(MetricThreshold(key, float(value), above=False))
+    if config.plateau_metric is not None:
+        conditions.append(MetricPlateau(config.plateau_metric, config.plateau_patience, config.plateau_min_delta))
+    return conditions
