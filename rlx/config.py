@@ -216,13 +216,17 @@ class AlgorithmConfig(CommonConfig):
     dual_clip_param: float | None = None
     #: Weight of the value loss in the total loss.
     vf_coeff: float = 1.0
-    #: Target KL. An epoch whose mean approximate KL exceeds 1.5 × this stops the update
-    #: (decided once per epoch: one host sync per epoch). The KL is measured in the
-    #: minibatch forward passes, so with ``accumulate_grads`` (one optimizer step at the
-    #: end of each epoch) the earliest stop is after the second epoch. ``None`` disables it.
+    #: Target KL(rollout policy || updated policy). Every optimizer step is judged before
+    #: it runs on the KL of the data its gradient came from (``E[(r-1) - log r]`` from its
+    #: forward passes): without ``kl_adaptive_lr``, a step judged above 1.5 × target and
+    #: every later step of the ``step()`` leave the parameters alone, and no further epoch
+    #: runs (decided on the device; one host sync per epoch). See
+    #: :mod:`rlx.algorithms.kl_control`. ``None`` disables it.
     target_kl_div: float | None = None
-    #: Adapt the learning rate to ``target_kl_div`` after every epoch: ÷1.5 when the KL
-    #: exceeds 2 × target, ×1.5 when below target / 2, clamped to ``kl_adaptive_lr_bounds``.
+    #: Steer the learning rate to ``target_kl_div`` instead of stopping: after every
+    #: ``step()``, ÷1.5 when the KL the update reached (``monitors/kl_div``) exceeds 2 ×
+    #: target, ×1.5 when below target / 2, clamped to ``kl_adaptive_lr_bounds`` (rsl_rl's
+    #: rule, judged on the whole update; no extra sync).
     kl_adaptive_lr: bool = False
     #: ``(min_lr, max_lr)`` for ``kl_adaptive_lr``.
     kl_adaptive_lr_bounds: tuple[float, float] = (1e-5, 1e-2)

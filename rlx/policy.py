@@ -279,10 +279,9 @@ class Policy(PolicyBase):
         actions = dist.mode() if deterministic else dist.sample()
         return ActOutput(actions, dist.env_actions(actions), dist.log_prob(actions), values.float())
 
-    @torch.no_grad()
-    def sample_actions(self, obs: Obs, *, deterministic: bool = False) -> ActionSample:
-        """Like :meth:`act` without the values: only the actor runs when the model has a
-        ``dist_params`` head."""
+    def _actor_distribution(self, obs: Obs) -> Distribution:
+        """The action distribution at raw ``obs`` from the actor alone, when the model has a
+        ``dist_params`` head, in passes of at most :attr:`max_rows_per_pass` rows."""
         normalized = self.normalize(obs)
         head = self.model.dist_params if self.separate_heads else (lambda x: self.model(x)[0])
         n, rows = normalized.shape[0], self.max_rows_per_pass
@@ -290,9 +289,21 @@ class Policy(PolicyBase):
             params = head(normalized)
         else:  # cache-sized passes: see max_rows_per_pass
             params = torch.cat([head(normalized[lo : lo + rows]) for lo in range(0, n, rows)])
-        dist = self.distribution(params, obs)
+        return self.distribution(params, obs)
+
+    @torch.no_grad()
+    def sample_actions(self, obs: Obs, *, deterministic: bool = False) -> ActionSample:
+        """Like :meth:`act` without the values: only the actor runs when the model has a
+        ``dist_params`` head."""
+        dist = self._actor_distribution(obs)
         actions = dist.mode() if deterministic else dist.sample()
         return ActionSample(actions, dist.env_actions(actions), dist.log_prob(actions))
+
+    @torch.no_grad()
+    def log_prob(self, obs: Obs, actions: Tensor) -> Tensor:
+        """``[N, 1]`` log-probabilities of buffer ``actions`` at raw ``obs`` (no grad; the
+        actor only, where the model allows)."""
+        return self._actor_distribution(obs).log_prob(actions)
 
     def evaluate(self, obs: Obs, actions: Tensor) -> EvalOutput:
         """Log-probabilities, entropy and values of ``actions`` at raw ``obs`` (with grad)."""

@@ -84,6 +84,9 @@ def main() -> None:
                 **{**common, "model_config": {"hiddens": [16], "hidden_size": 8}}, seq_len=4, num_sgd_iters=3,
                 shuffle_minibatches=False, optimizer_config={"lr": 1e-2},
             )
+        elif mode == "ppo_kl_stop":  # whole-buffer minibatches: the same data on 1 and 2 ranks
+            config = AlgorithmConfig(**common, num_sgd_iters=8, shuffle_minibatches=False, optimizer_config={"lr": 3e-2},
+                                     target_kl_div=2e-3)
         elif mode == "npg":
             config = NPGConfig(**common, fvp_subsample=1.0, line_search=True, optim_critic_iters=2)
         elif mode == "mismatch":
@@ -113,6 +116,8 @@ def main() -> None:
     if rank == 0:
         torch.save({"params": [p.detach() for p in algo.policy.parameters()], "stats": stats,
                     "env_steps": algo.env_steps}, out)
+    if mode == "ppo_kl_stop":  # every rank's own view of the update
+        torch.save({"params": [p.detach() for p in algo.policy.parameters()], "stats": stats}, f"{out}.rank{rank}")
     if rdist.is_distributed():
         torch.distributed.destroy_process_group()
 

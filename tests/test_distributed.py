@@ -52,6 +52,25 @@ def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: st
 
 
 @pytest.mark.slow
+def test_the_kl_early_stop_decides_alike_on_every_rank_and_as_one_rank_would(tmp_path) -> None:
+    single = subprocess.run([sys.executable, WORKER, "ppo_kl_stop", "8", str(tmp_path / "single.pt")],
+                            capture_output=True, text=True, timeout=120, env=_env())
+    assert single.returncode == 0, single.stderr
+    result = _torchrun(WORKER, "ppo_kl_stop", "8", str(tmp_path / "dist.pt"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    one = torch.load(tmp_path / "single.pt.rank0")
+    ranks = [torch.load(tmp_path / f"dist.pt.rank{r}") for r in (0, 1)]
+    steps = one["stats"]["monitors/optimizer_steps"]
+    assert 0 < steps < 8  # the stop came mid-update: the test can fail
+    for rank in ranks:
+        assert rank["stats"]["monitors/optimizer_steps"] == steps
+        assert rank["stats"]["monitors/sgd_epochs"] == one["stats"]["monitors/sgd_epochs"]
+    for x, y, z in zip(one["params"], ranks[0]["params"], ranks[1]["params"]):
+        assert torch.equal(y, z)  # the ranks never diverge
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
 def test_mismatched_configs_fail_on_every_rank_with_a_clear_error(tmp_path) -> None:
     out = tmp_path / "err"
     result = _torchrun(WORKER, "mismatch", "8", str(out), timeout=120)

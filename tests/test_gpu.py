@@ -89,6 +89,29 @@ def test_cudagraphed_update_replays_without_syncs_and_learns_like_eager() -> Non
     assert solved[False] >= 475 and solved[True] >= 475
 
 
+def test_cudagraphed_update_keeps_the_kl_early_stop_of_the_eager_one() -> None:
+    from rlx.envs import CartPole
+
+    def build(cudagraphs: bool):
+        return AlgorithmConfig(
+            num_envs=256, horizon=16, device="cuda", seed=0, sgd_minibatch_size=512, cudagraphs=cudagraphs,
+            target_kl_div=2e-3, optimizer_config={"lr": 1e-2}, shuffle_minibatches=False, num_sgd_iters=8,
+        ).build(CartPole)
+
+    eager, graphed = build(False), build(True)
+    for algo in (eager, graphed):
+        algo.collect(deterministic=True)  # no RNG in the T loop: the same rollout
+    first = eager.step(), graphed.step()  # the graphed update warms up, captures and replays in here
+    assert 0 < first[0]["monitors/optimizer_steps"] < 8 * 8  # the stop came mid-update
+    assert first[1]["monitors/optimizer_steps"] == first[0]["monitors/optimizer_steps"]
+    assert first[1]["monitors/sgd_epochs"] == first[0]["monitors/sgd_epochs"]
+    for a, b in zip(eager.policy.parameters(), graphed.policy.parameters()):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
+    assert graphed.update_graph.captured
+    for stats in _run_without_syncs(graphed):  # the gate lives in the graph; one sync per epoch
+        assert all(isinstance(v, float) for v in stats.values())
+
+
 def _rollout(algo) -> dict[str, torch.Tensor]:
     return {k: v.clone() for k, v in algo.buffer.items(include_nested=True, leaves_only=True)}
 

@@ -18,6 +18,7 @@ from torch import Tensor
 
 from rlx import distributed as rdist
 from rlx.buffer import ACTIONS, ADVANTAGES, FINAL_VALUES, LOGP, RETURNS, VALUES
+from rlx.config_fields import ConfigError
 from rlx.env import OBS, REWARDS, TERMINATED, TRUNCATED, check_env_limits, env_is_graph_safe, env_record, resolve_device
 from rlx.gae import generalized_advantage_estimate_
 from rlx.normalization import RewardScaler
@@ -31,6 +32,9 @@ if TYPE_CHECKING:
     from rlx.env import EnvFactory
 
 __all__ = ["Algorithm", "Obs"]
+
+#: Optimizer param-group flags that choose the kernel: the algorithm's own win on resume.
+_KERNEL_FLAGS = ("fused", "foreach", "capturable", "differentiable")
 
 
 class Algorithm(ABC):
@@ -94,7 +98,13 @@ class Algorithm(ABC):
                 {n: list(p.shape) for n, p in self.policy.named_parameters()}, "the model's parameters"
             )
             rdist.broadcast_module_(self.policy)  # identical start on every rank
-        self.optimizer = config.optimizer_cls(self._optimized_parameters(), **self._optimizer_kwargs())
+        # A tensor LR (for a captured update, or for KL controls decided on the device): the
+        # base LR, and the LR the next optimizer step applies, which the param groups hold.
+        self._lr_tensor = self._lr_applied = None
+        if self.needs_tensor_lr:
+            self._lr_tensor = torch.tensor(float(config.optimizer_kwargs["lr"]), device=self.device)
+            self._lr_applied = self._lr_tensor.clone()
+        self.optimizer = self._make_optimizer()
         self.lr_schedule = Schedule(
             config.lr_schedule, config.lr_schedule_kind, initial=config.optimizer_kwargs["lr"], name="lr_schedule"
         )
@@ -119,6 +129,23 @@ class Algorithm(ABC):
         CUDA graphs (PPO's ``cudagraphs``)."""
         return False
 
+    @property
+    def needs_tensor_lr(self) -> bool:
+        """Whether the optimizer's learning rate is a device tensor, written in place."""
+        return self.uses_cuda_graphs
+
+    def _make_optimizer(self) -> torch.optim.Optimizer:
+        try:
+            return self.config.optimizer_cls(self._optimized_parameters(), **self._optimizer_kwargs())
+        except (ValueError, RuntimeError) as e:
+            if self._lr_tensor is None:
+                raise
+            raise ConfigError(
+                f"{type(self.config).__name__}.optimizer_config: {self.config.optimizer_cls.__name__} "
+                f"{self.config.optimizer_kwargs} does not take the tensor learning rate that "
+                f"cudagraphs and target_kl_div need ({e})"
+            ) from e
+
     def _rollout_fns(self) -> tuple[ActFn | None, ValueFn | None]:
         """What the T loop calls to act and to value (``None``: the policy's own)."""
         return None, None
@@ -129,10 +156,11 @@ class Algorithm(ABC):
 
     def _optimizer_kwargs(self) -> dict[str, Any]:
         kwargs = dict(self.config.optimizer_kwargs)
+        if self._lr_applied is not None:
+            kwargs["lr"] = self._lr_applied
         if self.uses_cuda_graphs:
-            # A graph-captured step: Adam keeps its step counts on the device, and the
-            # LR is a tensor that _set_lr updates in place.
-            return {**kwargs, "capturable": True, "lr": torch.tensor(float(kwargs["lr"]), device=self.device)}
+            # A graph-captured step: Adam keeps its step counts on the device.
+            return {**kwargs, "capturable": True}
         # Fused Adam is the fastest Adam on both devices: one kernel per parameter, where
         # the default foreach Adam runs a dozen small ops per tensor list. On CUDA it also
         # takes the GradScaler's found-inf flag on the device, so an AMP step never syncs.
@@ -145,11 +173,12 @@ class Algorithm(ABC):
 
     def _set_lr(self, lr: float) -> None:
         self._lr_value = float(lr)  # host mirror: reading a tensor LR would sync
+        if self._lr_tensor is not None:
+            self._lr_tensor.fill_(lr)
+            self._lr_applied.fill_(lr)
+            return
         for group in self.optimizer.param_groups:
-            if isinstance(group["lr"], Tensor):
-                group["lr"].fill_(lr)
-            else:
-                group["lr"] = lr
+            group["lr"] = lr
 
     @property
     def lr(self) -> float:
@@ -279,14 +308,10 @@ class Algorithm(ABC):
         """Bookkeeping after an update: obs statistics, schedules, flags."""
         T = self.horizon
         self.policy.update_obs_stats(flatten_time(self.buffer.get(OBS)[:, 1 : T + 1]))
-        self._set_lr(self._scheduled_lr())
+        if self.config.lr_schedule is not None:
+            self._set_lr(self.lr_schedule.value(self.env_steps))
         self._buffered = False
         self.num_steps += 1
-
-    def _scheduled_lr(self) -> float:
-        if self.config.lr_schedule is None:
-            return self.lr
-        return self.lr_schedule.value(self.env_steps)
 
     def _params_finite(self) -> Tensor:
         """``[]`` bool, whether every policy parameter is finite: stays on the device for
@@ -344,10 +369,15 @@ class Algorithm(ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output into this (freshly built) algorithm."""
         self.policy.load_state_dict(state["policy"])
-        self.optimizer.load_state_dict(state["optimizer"])
-        # The host mirror of the LR follows the restored optimizer: a schedule or the
-        # KL-adaptive rule moved it away from the initial LR (a tensor LR: one sync, at load).
-        self._lr_value = float(self.optimizer.param_groups[0]["lr"])
+        self._load_optimizer_state(state["optimizer"])
+        # The LR follows the restored optimizer: a schedule or the KL-adaptive rule moved
+        # it away from the initial LR (a tensor LR: one sync, at load). A loaded param
+        # group holds a copy of the saved LR tensor: the groups get back the live one.
+        lr = float(self.optimizer.param_groups[0]["lr"])
+        if self._lr_applied is not None:
+            for group in self.optimizer.param_groups:
+                group["lr"] = self._lr_applied
+        self._set_lr(lr)
         self.grad_scaler.load_state_dict(state["grad_scaler"])
         counters = state["counters"]
         self.env_steps = counters["env_steps"]
@@ -372,6 +402,23 @@ class Algorithm(ABC):
         torch.set_rng_state(state["rng"]["cpu"])
         if "cuda" in state["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
+
+    def _load_optimizer_state(self, state: dict[str, Any]) -> None:
+        """The optimizer's moments, steps and LR from a checkpoint, keeping the kernel this
+        algorithm chose (fused, capturable, ...): a checkpoint of an eager run resumes
+        under ``cudagraphs``, and one of a graphed run eagerly."""
+        kept = [{k: g[k] for k in _KERNEL_FLAGS if k in g} for g in self.optimizer.param_groups]
+        self.optimizer.load_state_dict(state)
+        for group, flags in zip(self.optimizer.param_groups, kept):
+            group.update(flags)
+            # Fused and capturable kernels count steps on the parameters' device; the
+            # others read the count on the host (on a GPU that would sync every step).
+            on_device = bool(group.get("fused") or group.get("capturable"))
+            for p in group["params"]:
+                step = self.optimizer.state.get(p, {}).get("step")
+                if isinstance(step, Tensor):
+                    device = p.device if on_device else torch.device("cpu")
+                    self.optimizer.state[p]["step"] = step.to(device=device, dtype=torch.float32)
 
     def _load_per_rank_state_fresh(self, state: dict[str, Any]) -> None:
         """Resume under torchrun: the shared state was loaded; per-rank state restarts.

@@ -44,6 +44,10 @@ class MinibatchSource(Protocol):
         """The policy's outputs on a minibatch and the rollout entries they pair with,
         both with ``[M, ...]`` samples."""
 
+    def log_prob(self, policy: Policy | RecurrentPolicy, mb: Batch) -> tuple[Tensor, Tensor]:
+        """``[M, 1]`` log-probabilities of the minibatch's actions under the policy now and
+        at collection (no grad)."""
+
 
 class Samples:
     """Units are single samples: the rollout flattened to ``[N = B * T, ...]``."""
@@ -61,6 +65,10 @@ class Samples:
 
     def evaluate(self, policy: Policy, mb: Batch) -> tuple[EvalOutput, Batch]:
         return policy.evaluate(mb[OBS], mb[ACTIONS]), mb
+
+    @torch.no_grad()
+    def log_prob(self, policy: Policy, mb: Batch) -> tuple[Tensor, Tensor]:
+        return policy.log_prob(mb[OBS], mb[ACTIONS]), mb[LOGP]
 
 
 # Entries of a sequence batch used only with burn-in.
@@ -126,3 +134,8 @@ class Sequences:
         out = policy.evaluate_sequences(mb[OBS], mb[ACTIONS], state, mb[RESETS])
         rollout = {key: mb[key].reshape(-1, 1) for key in (LOGP, VALUES, ADVANTAGES, RETURNS)}  # [S, L, 1] -> [S*L, 1]
         return out, rollout
+
+    @torch.no_grad()
+    def log_prob(self, policy: RecurrentPolicy, mb: Batch) -> tuple[Tensor, Tensor]:
+        out, rollout = self.evaluate(policy, mb)
+        return out.logp, rollout[LOGP]

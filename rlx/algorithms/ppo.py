@@ -2,9 +2,9 @@
 
 One :meth:`PPO.step` runs ``num_sgd_iters`` epochs over the rollout. Each epoch draws one
 on-device permutation, gathers every entry into contiguous memory once, and walks
-static-size minibatch views of it. Losses and monitors stay on the device; the only host
-syncs are one per epoch when KL early stopping or the KL-adaptive LR is on, and one for
-the returned statistics.
+static-size minibatch views of it. Losses, monitors and the KL controls
+(:mod:`rlx.algorithms.kl_control`) stay on the device; the only host syncs are one per
+epoch when the KL early stop is on, and one for the returned statistics.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from torch import Tensor
 from rlx import distributed as rdist
 from rlx._sync import allowed_sync
 from rlx.algorithms.base import Algorithm
+from rlx.algorithms.kl_control import KLEarlyStop, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
 from rlx.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.cuda_graphs import GraphedCall
@@ -124,6 +125,9 @@ def _gather(x: Obs, index: Tensor, out: Tensor | None) -> Obs:
     return x[index]
 
 
+_KL = PPOLosses._fields.index("kl")  # where the KL sits in a stacked PPOLosses
+
+
 class PPO(Algorithm):
     """PPO on rlx's shared engine; build it with ``AlgorithmConfig(...).build(env_cls)``."""
 
@@ -146,6 +150,9 @@ class PPO(Algorithm):
         # cudagraphs: the minibatch update replays from static inputs (made on first use).
         self._graph_inputs: dict[str, Tensor] = {}
         self.update_graph: GraphedCall[Tensor] | None = None
+        self.kl_stop = None
+        if config.target_kl_div is not None and not config.kl_adaptive_lr:
+            self.kl_stop = KLEarlyStop(config.target_kl_div, self.device)
         self._loss_fn = self._losses
         if config.compile:
             if not isinstance(self.env.observation_spec.zero(), Tensor):
@@ -160,6 +167,11 @@ class PPO(Algorithm):
     @property
     def uses_cuda_graphs(self) -> bool:
         return self.config.cudagraphs
+
+    @property
+    def needs_tensor_lr(self) -> bool:
+        # The KL early stop gates the LR on the device.
+        return self.config.cudagraphs or (self.config.target_kl_div is not None and not self.config.kl_adaptive_lr)
 
     def _rollout_fns(self) -> tuple[ActFn | None, ValueFn | None]:
         if not self.config.compile:
@@ -189,10 +201,14 @@ class PPO(Algorithm):
         """Run the PPO epochs over the collected rollout.
 
         Returns:
-            ``losses/{policy,vf,entropy,total}``, ``monitors/{kl_div,clip_fraction}``
-            (means over the minibatches run), ``monitors/sgd_epochs`` (epochs run, fewer
-            than ``num_sgd_iters`` after a KL early stop), ``monitors/lr``,
-            ``coefficients/{entropy,vf}`` and ``profiling/step_ms``.
+            ``losses/{policy,vf,entropy,total}`` and ``monitors/clip_fraction`` (means over
+            the minibatches run); ``monitors/kl_div``, KL(rollout policy || updated policy)
+            on the whole rollout after the last optimizer step, and ``monitors/kl_div_max``,
+            the largest KL seen (before any step, or after the last); ``monitors/sgd_epochs``
+            (epochs run, fewer than ``num_sgd_iters`` after a KL early stop) and
+            ``monitors/optimizer_steps`` (with the early stop: steps that moved the
+            parameters); ``monitors/lr`` (the LR of this update), ``coefficients/{entropy,vf}``
+            and ``profiling/step_ms``.
 
         Raises:
             RuntimeError: no rollout: ``collect()`` must come first.
@@ -205,21 +221,17 @@ class PPO(Algorithm):
         normalize = self._normalized_advantages if cfg.normalize_advantages else None
         batch = self.minibatches.batch(self.buffer, self.horizon, normalize)
         lr, entropy_coeff = self.lr, self._entropy_coeff_value
-        means, epochs_run = self._run_epochs(batch)
+        stats, epochs_run = self._run_epochs(batch)
         self._finish_step()
         self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
         self.entropy_coeff.fill_(self._entropy_coeff_value)
-        stats = Stats()
-        for name, value in (("losses/total", means.total), ("losses/policy", means.policy), ("losses/vf", means.vf),
-                            ("losses/entropy", means.entropy), ("monitors/kl_div", means.kl),
-                            ("monitors/clip_fraction", means.clip_fraction)):
-            stats.add(name, value)
-        stats.add("params/finite", self._params_finite(), "min")
         host = stats.to_host()  # SYNC: the stats of step()
+        if cfg.kl_adaptive_lr:  # on the KL this update reached, already on the host
+            self._set_lr(adapted_lr(lr, host["monitors/kl_div"], cfg.target_kl_div, cfg.kl_adaptive_lr_bounds))
         out = {
             **{k: v for k, v in host.items() if k != "params/finite"},
             "monitors/sgd_epochs": float(epochs_run),
-            "monitors/lr": lr,
+            "monitors/lr": host.get("monitors/lr", lr),
             "coefficients/entropy": entropy_coeff,
             "coefficients/vf": float(cfg.vf_coeff),
             "profiling/step_ms": 1e3 * (time.perf_counter() - start),
@@ -227,18 +239,21 @@ class PPO(Algorithm):
         self._check_params_finite(host, out)
         return out
 
-    def _run_epochs(self, batch: Batch) -> tuple[PPOLosses, int]:
-        """The epochs of minibatch updates; the mean losses over the minibatches run and
-        the number of epochs run."""
-        cfg = self.config
+    def _run_epochs(self, batch: Batch) -> tuple[Stats, int]:
+        """The epochs of minibatch updates: their statistics (on the device) and the
+        number of epochs run."""
+        cfg, control = self.config, self.kl_stop
         bounds = self._minibatch_bounds()
         num_minibatches, N = len(bounds), sum(size for _, size in bounds)
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
         sums = torch.zeros(len(PPOLosses._fields), device=self.device)  # [6], in PPOLosses' order
+        kl_max = torch.zeros((), device=self.device)
+        if control is not None:
+            control.begin()
         epochs_run = 0
         for _ in range(cfg.num_sgd_iters):
             epoch = self._epoch(batch, N, num_minibatches)
-            epoch_kl = torch.zeros((), device=self.device)
+            kl_so_far = torch.zeros((), device=self.device)  # with accumulation: the epoch's weighted KL
             for k, (lo, size) in enumerate(bounds):
                 mb = {key: x[lo : lo + size] for key, x in epoch.items()}
                 if cfg.cudagraphs:
@@ -248,19 +263,48 @@ class PPO(Algorithm):
                     # the buffer, so the summed gradient is exactly the full-batch one.
                     weight = size / N if cfg.accumulate_grads else 1.0
                     step_now = not cfg.accumulate_grads or k == num_minibatches - 1
-                    losses = self._update(mb, params, weight=weight, step=step_now)
+                    losses = self._update(mb, params, weight=weight, step=step_now, kl_so_far=kl_so_far)
+                    kl_so_far = kl_so_far + weight * losses[_KL] if cfg.accumulate_grads else kl_so_far
                 sums += losses
-                epoch_kl += losses[PPOLosses._fields.index("kl")]
+                torch.maximum(kl_max, losses[_KL], out=kl_max)
             epochs_run += 1
-            if cfg.target_kl_div is not None:
-                global_kl = rdist.all_reduce_(epoch_kl / num_minibatches, "mean")  # every rank decides alike
+            if control is not None:
                 with allowed_sync():
-                    kl = global_kl.item()  # SYNC: one per epoch, KL early stop / adaptive LR
-                if cfg.kl_adaptive_lr:
-                    self._adapt_lr(kl)
-                if kl > 1.5 * cfg.target_kl_div:
-                    break
-        return PPOLosses(*(sums / (epochs_run * num_minibatches)).unbind()), epochs_run
+                    if control.stopped().item():  # SYNC: one per epoch, the KL early stop
+                        break
+        means = PPOLosses(*(sums / (epochs_run * num_minibatches)).unbind())
+        return self._step_stats(means, batch, kl_max), epochs_run
+
+    def _step_stats(self, means: PPOLosses, batch: Batch, kl_max: Tensor) -> Stats:
+        """``step()``'s statistics by name, on the device."""
+        stats = Stats()
+        for name, value in (("losses/total", means.total), ("losses/policy", means.policy), ("losses/vf", means.vf),
+                            ("losses/entropy", means.entropy), ("monitors/clip_fraction", means.clip_fraction)):
+            stats.add(name, value)
+        kl = self._kl_after_update(batch)
+        stats.add("monitors/kl_div", kl)
+        stats.add("monitors/kl_div_max", torch.maximum(kl_max, kl), "max")
+        control = self.kl_stop
+        if control is not None:
+            stats.add("monitors/optimizer_steps", control.applied)
+            self._lr_applied.copy_(self._lr_tensor)  # the groups hold the base LR between steps
+        if self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
+            stats.add("monitors/lr", self._lr_tensor.clone())
+        stats.add("params/finite", self._params_finite(), "min")
+        return stats
+
+    @torch.no_grad()
+    def _kl_after_update(self, batch: Batch) -> Tensor:
+        """``[]``: KL(rollout policy || policy now) on the whole rollout, ``E[(r-1) - log r]``,
+        in passes of one micro-batch (the actor only, where the model allows)."""
+        n = self.minibatches.num_units(self.num_envs, self.horizon)
+        total = torch.zeros((), device=self.device)
+        for lo in range(0, n, min(self._micro_units, n)):
+            part = {key: x[lo : lo + self._micro_units] for key, x in batch.items()}
+            logp, old_logp = self.minibatches.log_prob(self.policy, part)
+            log_ratio = (logp - old_logp).float()
+            total += (torch.expm1(log_ratio) - log_ratio).sum()
+        return rdist.all_reduce_(total / (n * self.minibatches.unit_samples), "mean")
 
     def _epoch(self, batch: Batch, N: int, num_minibatches: int) -> Batch:
         """The batch in this epoch's order: one gather per epoch into contiguous memory,
@@ -275,12 +319,17 @@ class PPO(Algorithm):
             self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
         return epoch
 
-    def _update(self, mb: Batch, params: list, *, weight: float = 1.0, step: bool = True) -> Tensor:
+    def _update(
+        self, mb: Batch, params: list, *, weight: float = 1.0, step: bool = True, kl_so_far: Tensor | None = None
+    ) -> Tensor:
         """One minibatch: forward, PPO losses, backward, and (when ``step``) the optimizer.
 
         A minibatch larger than the micro-batch is run in micro-batches whose gradients
         accumulate, each weighted by its share: the same gradient and statistics as one
-        pass, up to float rounding, with activations that stay in cache on a CPU.
+        pass, up to float rounding, with activations that stay in cache on a CPU. With
+        KL controls, the step is judged on the KL of the data its gradient came from:
+        this minibatch's (``weight`` times it plus ``kl_so_far``, the epoch's earlier
+        minibatches, with accumulation).
 
         Returns:
             ``[6]``: the :class:`PPOLosses` of the minibatch, stacked in field order.
@@ -296,6 +345,10 @@ class PPO(Algorithm):
                 share = min(chunk, size - lo) / size
                 stats += share * self._backward(part, weight * share)
         if step:
+            if self.kl_stop is not None:
+                kl = stats[_KL] * weight + (kl_so_far if kl_so_far is not None else 0.0)
+                kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
+                self.kl_stop.gate(kl, self._lr_tensor, self._lr_applied)
             self._optimizer_step(params)
         return stats
 
@@ -344,13 +397,3 @@ class PPO(Algorithm):
         # The entropy coefficient is a function of the restored env-step count.
         self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
         self.entropy_coeff.fill_(self._entropy_coeff_value)
-
-    def _adapt_lr(self, kl: float) -> None:
-        target = self.config.target_kl_div
-        low, high = self.config.kl_adaptive_lr_bounds
-        lr = self.lr
-        if kl > 2.0 * target:
-            lr /= 1.5
-        elif kl < 0.5 * target:
-            lr *= 1.5
-        self._set_lr(min(max(lr, low), high))

@@ -13,7 +13,7 @@ from rlx import AlgorithmConfig
 
 STEP_KEYS = [
     "losses/total", "losses/policy", "losses/vf", "losses/entropy",
-    "monitors/kl_div", "monitors/clip_fraction", "monitors/sgd_epochs", "monitors/lr",
+    "monitors/kl_div", "monitors/kl_div_max", "monitors/clip_fraction", "monitors/sgd_epochs", "monitors/lr",
     "coefficients/entropy", "coefficients/vf", "profiling/step_ms",
 ]
 
@@ -104,10 +104,14 @@ def test_kl_early_stopping_stops_after_the_first_epoch_with_a_tiny_target(
         accumulate_grads=accumulate_grads, optimizer_config={"lr": 1e-2},
     ).build(scripted_env)
     algo.collect()
-    # The KL of an epoch is measured in its forward passes. With accumulation the only
-    # optimizer step comes at the end of the epoch, so the first epoch's KL is exactly 0
-    # and the stop comes after the second.
-    assert algo.step()["monitors/sgd_epochs"] == (2.0 if accumulate_grads else 1.0)
+    # Each optimizer step is judged on the KL before it. Without accumulation the first
+    # minibatch sees the rollout policy (KL 0) and steps; the second is judged above the
+    # target, so the first epoch is the last. With accumulation the first epoch's one step
+    # sees the rollout policy too, and the second epoch's is refused. Under bf16 autocast
+    # the first KL is rounding noise, which a 1e-12 target already refuses.
+    stats = algo.step()
+    assert stats["monitors/sgd_epochs"] == (2.0 if accumulate_grads else 1.0)
+    assert stats["monitors/optimizer_steps"] == (0.0 if enable_amp else 1.0)
     relaxed = _config(target_kl_div=10.0, num_sgd_iters=8, enable_amp=enable_amp).build(scripted_env)
     relaxed.collect()
     assert relaxed.step()["monitors/sgd_epochs"] == 8.0
@@ -118,14 +122,15 @@ def test_kl_adaptive_lr_shrinks_and_grows_within_bounds(scripted_env) -> None:
         target_kl_div=1e-12, kl_adaptive_lr=True, optimizer_config={"lr": 3e-3}, sgd_minibatch_size=20
     ).build(scripted_env)
     shrink.collect()
-    shrink.step()
-    assert shrink.lr == pytest.approx(3e-3 / 1.5)
+    assert shrink.step()["monitors/sgd_epochs"] == 4.0  # the adaptive LR never stops an update
+    assert shrink.lr == pytest.approx(3e-3 / 1.5)  # once per update, on the KL it reached
     grow = _config(
         target_kl_div=1e3, kl_adaptive_lr=True, optimizer_config={"lr": 1e-3}, kl_adaptive_lr_bounds=(1e-5, 4e-3)
     ).build(scripted_env)
-    grow.collect()
-    grow.step()  # 4 epochs, each ×1.5, clamped at 4e-3
-    assert grow.lr == pytest.approx(4e-3)
+    for expected in (1.5e-3, 2.25e-3, 3.375e-3, 4e-3):  # x1.5 per update, clamped at 4e-3
+        grow.collect()
+        grow.step()
+        assert grow.lr == pytest.approx(expected)
 
 
 def test_schedules_count_env_transitions(scripted_env) -> None:
