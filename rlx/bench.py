@@ -4,6 +4,7 @@
         [--quick] [--device cpu|cuda] [--num-envs 64 1024 ...]
         [--horizon 32] [--algos ppo npg recurrent_ppo] [--envs CartPole Pendulum DiscreteDummyEnv]
         [--hiddens 64 64] [--amp] [--iters 5] [--threads 2]
+    rlx bench --suite gpu [--dry-run] [...]   (benchmarks/gpu_suite.py: tests, throughput, checks, time to solve)
 
 For each grid point it builds the algorithm, runs warm-up iterations, then times
 ``collect()`` and ``step()`` separately (synchronising CUDA before every clock read) over
@@ -46,7 +47,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:  # imported when the benchmark runs: `rlx --help` stays light
     import torch
 
-__all__ = ["add_arguments", "bench_one", "cpu_name", "main", "run"]
+__all__ = ["add_arguments", "bench_one", "cpu_name", "main", "run", "run_suite"]
 
 
 def _sync(device: torch.device) -> None:
@@ -172,6 +173,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--tag", default="", help="suffix of the results files, e.g. recurrent")
     parser.add_argument("--out-dir", help="results directory (default: benchmarks/results of the rlx checkout, "
                         "else of the current directory)")
+    parser.add_argument("--suite", nargs=argparse.REMAINDER, metavar="gpu ARGS",
+                        help="instead of the grid, run a whole suite with the arguments after it: "
+                        "gpu runs benchmarks/gpu_suite.py of the rlx checkout (see --suite gpu --help)")
 
 
 def _command_line(args: argparse.Namespace) -> str:
@@ -223,10 +227,30 @@ def main(argv: list[str] | None = None) -> int:
     return run(parser.parse_args(argv))
 
 
+def run_suite(argv: list[str]) -> int:
+    """``--suite NAME ARGS``: the suite script's ``main(ARGS)``; the only suite is ``gpu``
+    (``benchmarks/gpu_suite.py``, which ships with the repository, not the package)."""
+    import importlib.util
+
+    if not argv or argv[0] != "gpu":
+        name = f"unknown suite {argv[0]!r}" if argv else "no suite named"
+        raise ValueError(f"--suite: {name}; the only suite is 'gpu'")
+    path = _REPO / "benchmarks" / "gpu_suite.py"
+    if not path.is_file():
+        raise FileNotFoundError(f"--suite gpu needs {path}: run it from a checkout of the rlx repository")
+    spec = importlib.util.spec_from_file_location("gpu_suite", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # its dataclasses look their module up while being built
+    spec.loader.exec_module(module)
+    return module.main(argv[1:])
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the grid in ``args`` and write the results; returns 0."""
+    """Run the grid in ``args`` and write the results (or ``--suite``'s suite); returns 0."""
     import torch
 
+    if getattr(args, "suite", None) is not None:
+        return run_suite(args.suite)
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if args.num_envs:
