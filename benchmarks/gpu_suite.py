@@ -209,7 +209,7 @@ def graphed_vs_eager(env: str, num_envs: int, horizon: int, device: str, rounds:
     """Compare a CUDA-graphed PPO's collect with an eager one's, bit for bit, from the same states.
 
     Both are built with the same seed. The graphed one first collects
-    ``COLLECT_GRAPH_WARMUPS + 1`` times per mode (sampling, deterministic): its eager
+    ``GRAPH_WARMUPS + 1`` times per mode (sampling, deterministic): its eager
     warm-ups, then the capture. Then, ``rounds`` times per mode, the eager PPO's
     ``state_dict()`` is taken, the eager PPO collects, the graphed one loads that state
     and collects, and the :data:`CHECKED_KEYS` of the two buffers are compared with
@@ -233,7 +233,7 @@ def graphed_vs_eager(env: str, num_envs: int, horizon: int, device: str, rounds:
 
     import rlx.envs
     from rlx import AlgorithmConfig
-    from rlx.algorithms.base import COLLECT_GRAPH_WARMUPS
+    from rlx.cuda_graphs import GRAPH_WARMUPS
 
     env_cls = getattr(rlx.envs, env)
 
@@ -245,7 +245,7 @@ def graphed_vs_eager(env: str, num_envs: int, horizon: int, device: str, rounds:
 
     eager, graphed = build(False), build(cudagraphs)
     for deterministic in (False, True):
-        for _ in range(COLLECT_GRAPH_WARMUPS + 1):
+        for _ in range(GRAPH_WARMUPS + 1):
             graphed.collect(deterministic=deterministic)
     # The states below come after a collect: loading one with no collects behind it
     # would reset the envs (a fresh start) instead of continuing the rollout.
@@ -258,8 +258,7 @@ def graphed_vs_eager(env: str, num_envs: int, horizon: int, device: str, rounds:
         for _ in range(rounds):
             state = eager.state_dict()
             eager.collect(deterministic=deterministic)
-            # The graphed PPO never steps, so taking the eager optimizer's (non-capturable)
-            # settings with the state is harmless: only the collect graph runs.
+            # A loaded optimizer keeps the graphed PPO's own (capturable) kernel flags.
             graphed.load_state_dict(state)
             graphed.collect(deterministic=deterministic)
             a, b = _rollout(eager), _rollout(graphed)
@@ -272,7 +271,9 @@ def graphed_vs_eager(env: str, num_envs: int, horizon: int, device: str, rounds:
     return {
         "equal": all(equal.values()), "equal_sampling": equal["sampling"],
         "equal_deterministic": equal["deterministic"], "mismatched": mismatched, "keys": list(CHECKED_KEYS),
-        "rounds": rounds, "horizon": horizon, "graph_warmups": COLLECT_GRAPH_WARMUPS,
+        "rounds": rounds, "horizon": horizon, "graph_warmups": GRAPH_WARMUPS,
+        # Whether the graphed PPO's collects were replays of captured graphs, per mode.
+        "replayed": {("deterministic" if mode else "sampling"): graph.captured for mode, graph in graphed.rollout.graphs.items()},
     }
 
 
@@ -361,7 +362,7 @@ def rl8_side_by_side(num_envs: int, horizon: int, device: str, iters: int) -> di
     import rl8
     from rl8.env import DiscreteDummyEnv
     from rlx import AlgorithmConfig
-    from rlx.algorithms.base import COLLECT_GRAPH_WARMUPS
+    from rlx.cuda_graphs import GRAPH_WARMUPS
     from rlx.bench import _sync
 
     dev = torch.device(device)
@@ -373,7 +374,7 @@ def rl8_side_by_side(num_envs: int, horizon: int, device: str, iters: int) -> di
             model_config={"hiddens": [256, 256], "activation_fn": "relu"}, cudagraphs=mode == "cudagraphs",
         ).build(DiscreteDummyEnv)
     # Graphed rlx times replays only; rl8 and eager rlx get the same warm-ups.
-    warmup = COLLECT_GRAPH_WARMUPS + 1 if dev.type == "cuda" else 1
+    warmup = GRAPH_WARMUPS + 1 if dev.type == "cuda" else 1
     times: dict[str, list[float]] = {name: [] for name in libs}
     for i in range(warmup + iters):
         for name, algo in libs.items():  # interleaved: a slow spell hits every library
