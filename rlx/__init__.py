@@ -22,12 +22,16 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
+    "A2C": "rlx.algorithms.a2c",
+    "A2CConfig": "rlx.config",
     "Algorithm": "rlx.algorithms.base",
     "PPO": "rlx.algorithms.ppo",
     "AlgorithmConfig": "rlx.config",
     "NPGConfig": "rlx.config",
     "NPG": "rlx.algorithms.npg",
     "RecurrentAlgorithmConfig": "rlx.config",
+    "RecurrentA2CConfig": "rlx.config",
+    "RecurrentA2C": "rlx.algorithms.a2c",
     "RecurrentPPO": "rlx.algorithms.recurrent_ppo",
     "CommonConfig": "rlx.config",
     "ConfigError": "rlx.config",
@@ -41,11 +45,20 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 if TYPE_CHECKING:
+    from rlx.algorithms.a2c import A2C, RecurrentA2C
     from rlx.algorithms.base import Algorithm
     from rlx.algorithms.npg import NPG
     from rlx.algorithms.ppo import PPO
     from rlx.algorithms.recurrent_ppo import RecurrentPPO
-    from rlx.config import AlgorithmConfig, CommonConfig, ConfigError, NPGConfig, RecurrentAlgorithmConfig
+    from rlx.config import (
+        A2CConfig,
+        AlgorithmConfig,
+        CommonConfig,
+        ConfigError,
+        NPGConfig,
+        RecurrentA2CConfig,
+        RecurrentAlgorithmConfig,
+    )
     from rlx.env import Env, EnvOutputError
     from rlx.export import load_policy
     from rlx.gae import generalized_advantage_estimate

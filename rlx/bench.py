@@ -2,7 +2,7 @@
 
     rlx bench [--quick]              (or: python benchmarks/throughput.py ...)
         [--quick] [--device cpu|cuda] [--num-envs 64 1024 ...]
-        [--horizon 32] [--algos ppo npg recurrent_ppo] [--envs CartPole Pendulum DiscreteDummyEnv]
+        [--horizon 32] [--algos ppo npg recurrent_ppo a2c] [--envs CartPole Pendulum DiscreteDummyEnv]
         [--hiddens 64 64] [--amp] [--iters 5] [--threads 2]
     rlx bench --suite gpu [--dry-run] [...]   (benchmarks/gpu_suite.py: tests, throughput, checks, time to solve)
 
@@ -93,10 +93,8 @@ def _peak_memory_mb(device: torch.device) -> float:
 
 def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
               amp: bool, iters: int, warmup: int, cudagraphs: bool = False, compile: bool = False) -> dict:
-    import torch
-
     import rlx.envs
-    from rlx import AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
+    from rlx import A2CConfig, AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
     from rlx.env import resolve_device
 
     env_cls = getattr(rlx.envs, env_name)
@@ -116,6 +114,9 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
         minibatch = min(num_envs * horizon, 32768) // seq_len * seq_len
         config = RecurrentAlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=minibatch, seq_len=seq_len)
         epochs = config.num_sgd_iters
+    elif algo_name == "a2c":
+        config = A2CConfig(**common, cudagraphs=cudagraphs, compile=compile)  # one whole-rollout step
+        epochs = 1
     else:
         config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
         epochs = 1
@@ -144,7 +145,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     c, s = statistics.median(collect_s), statistics.median(step_s)
     return {
         "env": env_name, "algo": algo_name, "num_envs": num_envs, "horizon": horizon, "hiddens": hiddens, "amp": amp,
-        "cudagraphs": cudagraphs, "compile": compile and algo_name == "ppo", "warmup": warmup,
+        "cudagraphs": cudagraphs, "compile": compile and algo_name in ("ppo", "a2c"), "warmup": warmup,
         "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
         "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
         "collect_ms": 1e3 * c, "step_ms": 1e3 * s, "peak_memory_mb": _peak_memory_mb(dev),
@@ -158,7 +159,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-envs", type=int, nargs="+",
                         help="batch sizes B (default 64 1024 4096 16384, and 65536 on CUDA; 64 1024 with --quick)")
     parser.add_argument("--horizon", type=int, default=32, help="T, env steps per collect (default 32)")
-    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "npg", "recurrent_ppo"],
+    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "npg", "recurrent_ppo", "a2c"],
                         help="algorithms (default ppo npg)")
     parser.add_argument("--envs", nargs="+",
                         help="built-in env names (default CartPole Pendulum DiscreteDummyEnv; --quick: CartPole DiscreteDummyEnv)")
@@ -266,7 +267,7 @@ def run(args: argparse.Namespace) -> int:
             for b in sizes:
                 row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
                                 args.iters, args.warmup,
-                                args.cudagraphs and algo_name == "ppo", args.compile and algo_name == "ppo")
+                                args.cudagraphs and algo_name in ("ppo", "a2c"), args.compile and algo_name in ("ppo", "a2c"))
                 rows.append(row)
                 print(
                     f"{env_name:16s} {algo_name:4s} B={b:6d}  collect {row['collect_steps_per_s']:12,.0f}/s  "

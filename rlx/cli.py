@@ -78,6 +78,9 @@ def _train(args: argparse.Namespace, run: Any) -> int:
     say(f"run directory: {run_dir}")
     say(f"  metrics:    {run_dir / 'metrics.jsonl'}   (curves: rlx plot {run_dir})")
     say(f"  checkpoint: {ckpt}")
+    if trainer.interrupted_by is not None:  # preempted: resumable, and not a finished run
+        say(f"  resume with: rlx train {args.config} --run-dir {run_dir} --resume")
+        return 128 + trainer.interrupted_by
     return 0 if metrics else 1
 
 
@@ -152,7 +155,12 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rlx", description="Train and use PPO / NPG policies on batched torch envs.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    train = sub.add_parser("train", help="train from a YAML run config", description="Train from a YAML run config.")
+    train = sub.add_parser(
+        "train", help="train from a YAML run config",
+        description="Train from a YAML run config. SIGTERM or Ctrl-C (SIGINT) finishes the iteration in progress, "
+        "writes a checkpoint and exits with status 128 + the signal (143, 130); --resume continues from it. "
+        "Exit status 0: a stop condition held; 2: a usage or config error.",
+    )
     train.add_argument("config", help="YAML run config (env, algorithm, config, trainer); see configs/")
     train.add_argument(
         "--set", action="append", metavar="KEY=VALUE",

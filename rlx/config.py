@@ -12,37 +12,25 @@ the YAML typing in :mod:`rlx.yaml_types`.
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import ClassVar, Literal
 
-import torch
-from torch import nn
-
+from rlx.algorithms.a2c import A2C, RecurrentA2C
 from rlx.algorithms.base import Algorithm
 from rlx.algorithms.npg import NPG
 from rlx.algorithms.ppo import PPO
 from rlx.algorithms.recurrent_ppo import RecurrentPPO
-from rlx.config_fields import (
-    ConfigError,
-    check_bool,
-    check_float,
-    check_int,
-    check_schedule_field,
-    config_dataclass,
-    fail,
-)
-from rlx.distributions import Distribution
-from rlx.env import resolve_device
-from rlx.schedulers import ScheduleKind
+from rlx.config_base import CommonConfig, MinibatchConfig, SequenceFields, check_sequences
+from rlx.config_fields import ConfigError, check_bool, check_float, check_int, config_dataclass, fail
 from rlx.yaml_types import config_from_dict, config_to_dict, import_object, object_path
 
-if TYPE_CHECKING:
-    from rlx.env import EnvFactory
-
 __all__ = [
+    "A2CConfig",
     "AlgorithmConfig",
     "CommonConfig",
     "ConfigError",
+    "MinibatchConfig",
     "NPGConfig",
+    "RecurrentA2CConfig",
     "RecurrentAlgorithmConfig",
     "config_dataclass",
     "config_from_dict",
@@ -53,132 +41,7 @@ __all__ = [
 
 
 @config_dataclass
-class CommonConfig:
-    """Fields every rlx algorithm shares: env, model, buffer, GAE, normalizers, device."""
-
-    #: Model instance to use; mutually exclusive with ``model_cls``.
-    model: nn.Module | None = None
-    #: Model class built as ``model_cls(observation_spec, action_spec, num_params=(S, I),
-    #: **model_config)`` (see :mod:`rlx.models`); default :class:`~rlx.models.MLPActorCritic`.
-    model_cls: type[nn.Module] | None = None
-    #: Keyword arguments for the model class; the default model takes ``hiddens``
-    #: (default ``[256, 256]``), ``activation_fn`` (default ``"relu"``) and ``log_std_init``.
-    model_config: dict[str, Any] | None = None
-    #: Action distribution class; inferred from the action spec when ``None``
-    #: (Categorical, MultiCategorical, or Normal with clipping; pass
-    #: :class:`~rlx.distributions.SquashedNormal` for tanh-squashed bounds).
-    distribution_cls: type[Distribution] | None = None
-    #: Env steps ``T`` per :meth:`collect` per env; the buffer is ``[B, T+1]``.
-    horizon: int = 32
-    #: Reset every env every N collects; negative: never (envs reset their own sub-envs
-    #: at episode ends). rl8's default of 1 would cut every episode at ``T`` steps.
-    horizons_per_env_reset: int = -1
-    #: Number of parallel sub-environments ``B``.
-    num_envs: int = 8192
-    #: Optimizer class.
-    optimizer_cls: type[torch.optim.Optimizer] = torch.optim.Adam
-    #: Optimizer keyword arguments; default ``{"lr": 1e-3}``.
-    optimizer_config: dict[str, Any] | None = None
-    #: Learning-rate schedule: ``[(env_steps, lr), ...]``, counted in env transitions
-    #: (``B * T`` per collect). Constant when ``None``.
-    lr_schedule: list[tuple[int, float]] | None = None
-    #: ``"step"`` (jump and hold) or ``"interp"`` (linear between milestones).
-    lr_schedule_kind: ScheduleKind = "step"
-    #: GAE λ in [0, 1]: 0 is one-step TD, 1 is the Monte-Carlo return.
-    gae_lambda: float = 0.95
-    #: Discount γ in [0, 1].
-    gamma: float = 0.95
-    #: Normalize advantages by the batch mean and std before the update.
-    normalize_advantages: bool = True
-    #: Divide rewards by the running std of the discounted return (restarting at
-    #: episode ends) before GAE.
-    normalize_rewards: bool = True
-    #: Feed the model observations normalized by a running mean/std (rlx addition).
-    normalize_obs: bool = False
-    #: Mixed precision: bf16 autocast on CPU, fp16 autocast with a GradScaler on CUDA.
-    #: γ, returns and GAE stay in float32.
-    enable_amp: bool = False
-    #: Max global gradient norm; ``None`` disables clipping.
-    max_grad_norm: float | None = 5.0
-    #: ``"auto"`` (CUDA when present, else CPU) or an explicit device, which is honoured.
-    device: str = "auto"
-    #: Seed for torch's RNGs at build (env resets, sampling, init); ``None`` leaves them.
-    seed: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.model is not None and self.model_cls is not None:
-            fail(self, "model", "model and model_cls are mutually exclusive")
-        if self.model is not None and not isinstance(self.model, nn.Module):
-            fail(self, "model", f"must be an nn.Module, got {type(self.model).__name__}")
-        for field in ("model_config", "optimizer_config"):
-            value = getattr(self, field)
-            if value is not None and not isinstance(value, dict):
-                fail(self, field, f"must be a dict or None, got {type(value).__name__}")
-        if self.model_config is not None and self.model is not None:
-            fail(self, "model_config", "has no effect with a model instance")
-        if self.distribution_cls is not None and not (
-            isinstance(self.distribution_cls, type) and issubclass(self.distribution_cls, Distribution)
-        ):
-            fail(self, "distribution_cls", "must be a subclass of rlx.distributions.Distribution")
-        check_int(self, "horizon")
-        check_int(self, "num_envs")
-        check_int(self, "horizons_per_env_reset", minimum=None)
-        if self.horizons_per_env_reset == 0:
-            fail(self, "horizons_per_env_reset", "must be positive or negative (never reset), got 0")
-        if not (isinstance(self.optimizer_cls, type) and issubclass(self.optimizer_cls, torch.optim.Optimizer)):
-            fail(self, "optimizer_cls", f"must be a torch.optim.Optimizer subclass, got {self.optimizer_cls!r}")
-        lr = self.optimizer_kwargs.get("lr")
-        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 or not math.isfinite(lr):
-            fail(self, "optimizer_config", f"lr must be a positive number, got {lr!r}")
-        if self.lr_schedule is not None:
-            check_schedule_field(self, "lr_schedule")
-            if any(v <= 0 for _, v in self.lr_schedule):
-                fail(self, "lr_schedule", "learning rates must be positive")
-        check_float(self, "gamma", low=0.0, high=1.0)
-        check_float(self, "gae_lambda", low=0.0, high=1.0)
-        for field in ("normalize_advantages", "normalize_rewards", "normalize_obs", "enable_amp"):
-            check_bool(self, field)
-        check_float(self, "max_grad_norm", low=0.0, low_open=True, allow_none=True)
-        try:
-            resolve_device(self.device)
-        except (RuntimeError, TypeError) as e:
-            fail(self, "device", f"is not a valid device ({e})")
-        check_int(self, "seed", minimum=0, allow_none=True)
-
-    def _check_minibatch_size(self, field: str) -> None:
-        check_int(self, field, allow_none=True)
-        size = getattr(self, field)
-        if size is not None and size > self.buffer_size:
-            fail(
-                self,
-                field,
-                f"{size} is larger than the buffer "
-                f"(num_envs * horizon = {self.num_envs} * {self.horizon} = {self.buffer_size})",
-            )
-
-    @property
-    def optimizer_kwargs(self) -> dict[str, Any]:
-        """Optimizer keyword arguments with rlx's default learning rate filled in."""
-        return {"lr": 1e-3, **(self.optimizer_config or {})}
-
-    @property
-    def buffer_size(self) -> int:
-        """Samples per collect, ``N = B * T``."""
-        return self.num_envs * self.horizon
-
-    #: The algorithm class :meth:`build` constructs (set by each config class).
-    algorithm_cls: ClassVar[type[Algorithm]]
-
-    def build(self, env_cls: EnvFactory) -> Algorithm:
-        """Build this config's algorithm for ``env_cls`` and validate it against the env's
-        specs (one reset, one act, one step: see :meth:`Algorithm.validate`)."""
-        algo = type(self).algorithm_cls(env_cls, self)
-        algo.validate()
-        return algo
-
-
-@config_dataclass
-class AlgorithmConfig(CommonConfig):
+class AlgorithmConfig(MinibatchConfig):
     """Config of rlx's PPO (Schulman et al., 2017, https://arxiv.org/abs/1707.06347).
 
     Example:
@@ -194,18 +57,8 @@ class AlgorithmConfig(CommonConfig):
     #: Step the optimizer once per epoch on gradients accumulated over its minibatches
     #: (each weighted by its share of the buffer, so this equals the full-batch gradient).
     accumulate_grads: bool = False
-    #: Entropy bonus weight; ignored when ``entropy_coeff_schedule`` is set.
-    entropy_coeff: float = 0.0
-    #: Entropy-coefficient schedule ``[(env_steps, coeff), ...]`` over env transitions.
-    entropy_coeff_schedule: list[tuple[int, float]] | None = None
-    #: ``"step"`` or ``"interp"``.
-    entropy_coeff_schedule_kind: ScheduleKind = "step"
-    #: Minibatch size ``M``; ``None`` makes the whole buffer one minibatch.
-    sgd_minibatch_size: int | None = None
     #: Epochs over the buffer per :meth:`step`.
     num_sgd_iters: int = 4
-    #: Shuffle samples into new minibatches every epoch (an on-device ``randperm``).
-    shuffle_minibatches: bool = True
     #: PPO ratio clip ε: the surrogate ignores ratios outside [1 - ε, 1 + ε].
     clip_param: float = 0.2
     #: PPO2 value clip: the loss takes the max of the clipped and unclipped squared
@@ -214,8 +67,6 @@ class AlgorithmConfig(CommonConfig):
     #: Dual-clip constant c > 1 (Ye et al., 2020) bounding the surrogate at ``c * A`` for
     #: negative advantages; ``None`` disables it.
     dual_clip_param: float | None = None
-    #: Weight of the value loss in the total loss.
-    vf_coeff: float = 1.0
     #: Target KL(rollout policy || updated policy). Every optimizer step is judged before
     #: it runs on the KL of the data its gradient came from (``E[(r-1) - log r]`` from its
     #: forward passes): without ``kl_adaptive_lr``, a step judged above 1.5 × target and
@@ -230,45 +81,15 @@ class AlgorithmConfig(CommonConfig):
     kl_adaptive_lr: bool = False
     #: ``(min_lr, max_lr)`` for ``kl_adaptive_lr``.
     kl_adaptive_lr_bounds: tuple[float, float] = (1e-5, 1e-2)
-    #: Samples per forward/backward pass: a larger minibatch runs in micro-batches whose
-    #: gradients accumulate, each weighted by its share (the same update and statistics
-    #: up to float rounding, unlike ``sgd_minibatch_size``). ``None``: on a CPU, 4096 for
-    #: models up to 128 wide and 2048 for wider ones (whole-buffer passes spill out of
-    #: cache, 1.5-2x slower measured; much smaller ones repeat the per-pass dispatch),
-    #: and no split on CUDA. 0: never split.
-    micro_batch_size: int | None = None
-    #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
-    #: collect and the forward pass and losses of the update. The first collect and step
-    #: pay for compiling (tens of seconds on a CPU); tensor observations only. Sampling
-    #: draws from inductor's RNG, so runs differ from eager ones with the same seed.
-    compile: bool = False
-    #: CUDA only: capture the minibatch update (forward, losses, backward, clipping,
-    #: a capturable Adam with a tensor LR) in a CUDA graph and replay it, removing the
-    #: per-kernel launch cost. Needs equal minibatches (``sgd_minibatch_size`` dividing
-    #: ``num_envs * horizon``), no AMP, no gradient accumulation, one process and tensor
-    #: observations. With an env that declares ``graph_safe = True`` (the built-in envs
-    #: do; see :class:`rlx.env.Env`), collect's whole T loop (acting, env steps, buffer
-    #: writes) is captured too, once per mode (sampling, deterministic); other envs keep
-    #: the eager T loop. Both follow one rule (:mod:`rlx.cuda_graphs`): 3 eager warm-up
-    #: calls, then one capture, then replays.
-    cudagraphs: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("accumulate_grads", "shuffle_minibatches", "kl_adaptive_lr", "cudagraphs", "compile"):
+        for field in ("accumulate_grads", "kl_adaptive_lr"):
             check_bool(self, field)
-        check_float(self, "entropy_coeff", low=0.0)
-        if self.entropy_coeff_schedule is not None:
-            check_schedule_field(self, "entropy_coeff_schedule")
-            if any(v < 0 for _, v in self.entropy_coeff_schedule):
-                fail(self, "entropy_coeff_schedule", "entropy coefficients must be >= 0")
         check_int(self, "num_sgd_iters")
-        self._check_minibatch_size("sgd_minibatch_size")
-        check_int(self, "micro_batch_size", minimum=0, allow_none=True)
         check_float(self, "clip_param", low=0.0, low_open=True)
         check_float(self, "vf_clip_param", low=0.0, low_open=True, allow_none=True)
         check_float(self, "dual_clip_param", low=1.0, low_open=True, allow_none=True)
-        check_float(self, "vf_coeff", low=0.0)
         check_float(self, "target_kl_div", low=0.0, low_open=True, allow_none=True)
         if self.kl_adaptive_lr:
             if self.target_kl_div is None:
@@ -284,23 +105,46 @@ class AlgorithmConfig(CommonConfig):
             ):
                 fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
 
-        if self.cudagraphs and self.compile:
-            fail(self, "compile", "cannot be combined with cudagraphs (the captured update runs eagerly)")
-        if self.cudagraphs:
-            if self.enable_amp or self.accumulate_grads:
-                fail(self, "cudagraphs", "cannot be combined with enable_amp or accumulate_grads")
-            if self.buffer_size % self.minibatch_size:
-                fail(
-                    self,
-                    "cudagraphs",
-                    f"needs equal minibatches: sgd_minibatch_size={self.minibatch_size} must divide "
-                    f"num_envs * horizon = {self.buffer_size}",
-                )
 
-    @property
-    def minibatch_size(self) -> int:
-        """``M``: ``sgd_minibatch_size``, or the whole buffer."""
-        return self.sgd_minibatch_size or self.buffer_size
+_A2C_HAS_NO = "a PPO field; A2C takes the plain policy gradient (no ratio, no clipping, no KL control)"
+
+
+@config_dataclass
+class A2CConfig(MinibatchConfig):
+    """Config of rlx's synchronous advantage actor-critic (A2C; Mnih et al., 2016,
+    https://arxiv.org/abs/1602.01783).
+
+    One gradient step per collect on the whole rollout (or one epoch of
+    ``sgd_minibatch_size`` minibatches) on ``-mean(logp * A) + vf_coeff * value loss +
+    entropy_coeff * (-entropy)``. The optimizer is ``optimizer_cls`` (Adam by default);
+    the original used ``torch.optim.RMSprop`` with ``{"lr": 7e-4, "alpha": 0.99,
+    "eps": 1e-5}``. PPO's ratio, clipping, epochs and KL fields are refused by name.
+
+    Example:
+        >>> from rlx import A2CConfig
+        >>> from rlx.envs import CartPole
+        >>> a2c = A2CConfig(num_envs=64, horizon=8, device="cpu").build(CartPole)
+        >>> stats = {**a2c.collect(), **a2c.step()}
+    """
+
+    algorithm_cls: ClassVar[type[Algorithm]] = A2C
+    #: What A2C fixes in the shared update: one epoch, no accumulation, no KL controls.
+    num_sgd_iters: ClassVar[int] = 1
+    accumulate_grads: ClassVar[bool] = False
+    target_kl_div: ClassVar[float | None] = None
+    kl_adaptive_lr: ClassVar[bool] = False
+    foreign_fields: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("clip_param", "vf_clip_param", "dual_clip_param", "num_sgd_iters", "accumulate_grads",
+         "target_kl_div", "kl_adaptive_lr", "kl_adaptive_lr_bounds"),
+        _A2C_HAS_NO,
+    )
+
+    #: Weight of the value loss (A2C's 0.5).
+    vf_coeff: float = 0.5
+    #: Entropy bonus weight (A2C's 0.01); ignored when ``entropy_coeff_schedule`` is set.
+    entropy_coeff: float = 0.01
+    #: Max global gradient norm (A2C's 0.5); ``None`` disables clipping.
+    max_grad_norm: float | None = 0.5
 
 
 @config_dataclass
@@ -378,7 +222,7 @@ class NPGConfig(CommonConfig):
 
 
 @config_dataclass
-class RecurrentAlgorithmConfig(AlgorithmConfig):
+class RecurrentAlgorithmConfig(SequenceFields, AlgorithmConfig):
     """Config of rlx's PPO with a recurrent (LSTM or GRU) policy.
 
     Every :class:`AlgorithmConfig` field keeps its meaning; ``sgd_minibatch_size`` still
@@ -401,41 +245,27 @@ class RecurrentAlgorithmConfig(AlgorithmConfig):
 
     algorithm_cls: ClassVar[type[Algorithm]] = RecurrentPPO
 
-    #: Steps per training sequence (truncated backprop through time); must divide
-    #: ``horizon``. ``None``: the whole horizon, one sequence per env.
-    seq_len: int | None = None
-    #: Steps run without gradient before each sequence, from the state stored ``burn_in``
-    #: steps earlier, to refresh the stored state with the current parameters (R2D2).
-    #: Sequences with fewer collected steps before them keep their stored state.
-    #: 0 disables it; at most ``horizon - seq_len``.
-    burn_in: int = 0
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_sequences(self)
+
+
+@config_dataclass
+class RecurrentA2CConfig(SequenceFields, A2CConfig):
+    """Config of rlx's A2C with a recurrent (LSTM or GRU) policy: :class:`A2CConfig`'s
+    fields plus ``seq_len`` and ``burn_in``, with the models of
+    :class:`RecurrentAlgorithmConfig`.
+
+    Example:
+        >>> from rlx import RecurrentA2CConfig
+        >>> from rlx.envs import CartPoleNoVelocity
+        >>> a2c = RecurrentA2CConfig(num_envs=64, horizon=16, seq_len=8, device="cpu").build(CartPoleNoVelocity)
+        >>> stats = {**a2c.collect(), **a2c.step()}
+    """
+
+    algorithm_cls: ClassVar[type[Algorithm]] = RecurrentA2C
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        check_int(self, "seq_len", allow_none=True)
-        check_int(self, "burn_in", minimum=0)
-        L = self.sequence_length
-        if self.horizon % L:
-            fail(self, "seq_len", f"{L} must divide horizon={self.horizon}")
-        if self.minibatch_size % L:
-            fail(
-                self,
-                "sgd_minibatch_size",
-                f"{self.minibatch_size} must be a multiple of seq_len={L}: minibatches are whole sequences",
-            )
-        if self.burn_in > self.horizon - L:
-            fail(
-                self,
-                "burn_in",
-                f"{self.burn_in} leaves no sequence with collected steps to burn in: "
-                f"needs burn_in <= horizon - seq_len = {self.horizon - L}",
-            )
-        if self.cudagraphs:
-            fail(self, "cudagraphs", "is not supported for recurrent policies")
-        if self.compile:
-            fail(self, "compile", "is not supported for recurrent policies")
+        check_sequences(self)
 
-    @property
-    def sequence_length(self) -> int:
-        """``L``: ``seq_len``, or the horizon."""
-        return self.seq_len or self.horizon

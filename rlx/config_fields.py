@@ -12,7 +12,7 @@ from typing import Any
 
 from rlx.schedulers import check_schedule
 
-__all__ = ["ConfigError", "config_dataclass", "fail", "check_int", "check_float", "check_bool", "check_schedule_field"]
+__all__ = ["ConfigError", "config_dataclass", "foreign_field_hint", "fail", "check_int", "check_float", "check_bool", "check_schedule_field"]
 
 
 class ConfigError(ValueError, TypeError):
@@ -31,6 +31,10 @@ def config_dataclass(cls: type) -> type:
     def checked_init(self: Any, *args: Any, **kwargs: Any) -> None:
         names = {f.name for f in dataclasses.fields(cls) if f.init}
         unknown = sorted(set(kwargs) - names)
+        for name in unknown:
+            hint = foreign_field_hint(cls, name)
+            if hint:
+                raise ConfigError(f"{cls.__name__}.{name}: {hint}")
         if unknown:
             raise ConfigError(
                 f"{cls.__name__}: unknown field(s) {unknown}; valid fields are {sorted(names)}"
@@ -42,6 +46,12 @@ def config_dataclass(cls: type) -> type:
     cls.__init__ = checked_init
     return cls
 
+
+
+def foreign_field_hint(cls: type, name: str) -> str | None:
+    """Why ``name`` is not a field of the config class ``cls``, when the class says (its
+    ``foreign_fields`` class attribute maps fields of other algorithms to a reason)."""
+    return getattr(cls, "foreign_fields", {}).get(name)
 
 
 def fail(owner: Any, field: str, message: str) -> None:

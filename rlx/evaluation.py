@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from typing import Any
 import torch
 
 from rlx._sync import allowed_sync

@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from rlx.checkpoint import checkpoint_path, load_checkpoint
-from rlx.policy import Policy, PolicyBase, RecurrentPolicy
+from rlx.policy import PolicyBase, RecurrentPolicy
 from rlx.run_config import ALGORITHMS, env_factory
 from rlx.yaml_types import config_from_dict
 

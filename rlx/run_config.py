@@ -18,7 +18,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rlx.config import AlgorithmConfig, CommonConfig, NPGConfig, RecurrentAlgorithmConfig
+from rlx.config import A2CConfig, AlgorithmConfig, CommonConfig, NPGConfig, RecurrentA2CConfig, RecurrentAlgorithmConfig
 from rlx.config_fields import ConfigError, config_dataclass
 from rlx.yaml_types import config_from_dict, config_to_dict, import_object
 
@@ -29,6 +29,8 @@ ALGORITHMS: dict[str, type[CommonConfig]] = {
     "ppo": AlgorithmConfig,
     "npg": NPGConfig,
     "recurrent_ppo": RecurrentAlgorithmConfig,
+    "a2c": A2CConfig,
+    "recurrent_a2c": RecurrentA2CConfig,
 }
 
 

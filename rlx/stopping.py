@@ -1,4 +1,4 @@
-"""Stop conditions: when a training run ends (budgets, metric goals, plateaus).
+"""Stop conditions: when a training run ends (budgets, metric goals, plateaus, signals).
 
 Each condition is called after every iteration with the trainer and that iteration's
 metrics and returns a reason to stop or ``None``; conditions compose by "any". A
@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import signal
+import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rlx.run_config import TrainerConfig
@@ -23,6 +25,8 @@ __all__ = [
     "MetricPlateau",
     "MetricThreshold",
     "StopCondition",
+    "StopSignals",
+    "signal_reason",
     "stop_conditions_from_config",
 ]
 
@@ -137,3 +141,49 @@ def stop_conditions_from_config(config: TrainerConfig) -> list[StopCondition]:
     if config.plateau_metric is not None:
         conditions.append(MetricPlateau(config.plateau_metric, config.plateau_patience, config.plateau_min_delta))
     return conditions
+
+
+class StopSignals:
+    """Turns SIGTERM and SIGINT into a request to stop after the iteration in progress.
+
+    A cluster that preempts a job sends SIGTERM; Ctrl-C sends SIGINT. While installed
+    (``with StopSignals() as signals:``), the first of either only records itself in
+    :attr:`received`: the training loop finishes its iteration, writes a checkpoint and
+    returns. A second SIGINT interrupts at once (``KeyboardInterrupt``), as Ctrl-C
+    twice does elsewhere. Installs nothing outside the main thread (Python delivers
+    signals there only); the previous handlers come back on exit.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self) -> None:
+        #: The number of the first signal received, or ``None``.
+        self.received: int | None = None
+        self._previous: dict[int, Any] = {}
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        if self.received is not None and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        if self.received is None:
+            self.received = signum
+
+    @property
+    def reason(self) -> str | None:
+        """``"received SIGTERM"`` (or SIGINT) once a signal arrived, else ``None``."""
+        return None if self.received is None else signal_reason(self.received)
+
+    def __enter__(self) -> StopSignals:
+        if threading.current_thread() is threading.main_thread():
+            for signum in self.SIGNALS:
+                self._previous[signum] = signal.signal(signum, self._handle)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for signum, handler in self._previous.items():
+            signal.signal(signum, handler)
+        self._previous.clear()
+
+
+def signal_reason(signum: int) -> str:
+    """``"received SIGTERM"`` for ``signal.SIGTERM``."""
+    return f"received {signal.Signals(signum).name}"

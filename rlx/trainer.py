@@ -32,6 +32,7 @@ import torch
 
 from rlx import __version__
 from rlx import distributed as rdist
+from rlx._sync import allowed_sync
 from rlx.checkpoint import (
     CHECKPOINT_FORMAT,
     RESUME_MUST_MATCH,
@@ -51,6 +52,8 @@ from rlx.stopping import (
     MetricPlateau,
     MetricThreshold,
     StopCondition,
+    StopSignals,
+    signal_reason,
     stop_conditions_from_config,
 )
 from rlx.yaml_types import config_to_dict
@@ -119,6 +122,8 @@ class Trainer:
         self.wall_s = 0.0
         self.last_metrics: dict[str, float] = {}
         self.stop_reason: str | None = None
+        #: The signal that stopped the last :meth:`run` (SIGTERM, SIGINT), else ``None``.
+        self.interrupted_by: int | None = None
         self._eval_env: Any = None
         self._writer: Any = None
         self._tty = sys.stdout.isatty()
@@ -316,7 +321,13 @@ class Trainer:
             print(line, flush=True)
 
     def run(self) -> dict[str, float]:
-        """Train until a stop condition holds; return the last iteration's metrics.
+        """Train until a stop condition holds, or SIGTERM / SIGINT asks to stop; return the
+        last iteration's metrics.
+
+        A signal lets the iteration in progress finish, then the run stops as for any
+        other reason: a checkpoint is written atomically, the metrics line is on disk, and
+        :attr:`interrupted_by` holds the signal's number (``rlx train`` then exits with
+        ``128 + signal``). Under torchrun every rank stops at the same iteration.
 
         Raises:
             ValueError: no stop condition was given (the run would never end).
@@ -326,8 +337,7 @@ class Trainer:
                 "Trainer.run: no stop condition; set max_env_steps, max_iterations, max_wall_s, stop_at, "
                 "stop_below or plateau_metric"
             )
-        algo, cfg = self.algorithm, self.config
-        self.stop_reason = None
+        self.stop_reason, self.interrupted_by = None, None
         # A budget already spent (a finished run resumed with the same limits) stops
         # before training another iteration. Metric conditions need new metrics.
         for condition in self.stop_conditions:
@@ -338,32 +348,58 @@ class Trainer:
                     return self.last_metrics
         self._open_outputs()
         try:
-            while self.stop_reason is None:
-                start = time.perf_counter()
-                metrics = {**algo.collect(), **algo.step()}
-                self.iteration += 1
-                if cfg.eval_every and self.iteration % cfg.eval_every == 0 and self.is_writer:
-                    metrics.update(self.evaluate())
-                self.wall_s += time.perf_counter() - start
-                metrics.update(iteration=self.iteration, env_steps=algo.env_steps, wall_s=self.wall_s)
-                for condition in self.stop_conditions:
-                    reason = condition(self, metrics)
-                    if reason is not None and self.stop_reason is None:
-                        self.stop_reason = reason
-                if algo.world_size > 1:
-                    # Ranks must stop together (wall time differs between them).
-                    flag = torch.tensor([float(self.stop_reason is not None)], device=algo.device)
-                    if rdist.all_reduce_(flag, "max").item() > 0 and self.stop_reason is None:  # SYNC: once per iteration
-                        self.stop_reason = "another rank's stop condition held"
-                if self.stop_reason is not None and cfg.eval_every and "eval/return_mean" not in metrics and self.is_writer:
-                    metrics.update(self.evaluate())
-                self._log(metrics)
-                self.last_metrics = metrics
-                due = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
-                if self.run_dir is not None and self.is_writer and (due or self.stop_reason is not None):
-                    self.save_checkpoint()
-                self._progress(metrics, final=self.stop_reason is not None)
+            with StopSignals() as signals:
+                while self.stop_reason is None:
+                    self._iteration(signals)
         finally:
             if self._writer is not None:
                 self._writer.flush()
         return self.last_metrics
+
+    def _iteration(self, signals: StopSignals) -> None:
+        """One collect and step, then evaluation, the stop decision, logs and checkpoint."""
+        algo, cfg = self.algorithm, self.config
+        start = time.perf_counter()
+        metrics = {**algo.collect(), **algo.step()}
+        self.iteration += 1
+        if cfg.eval_every and self.iteration % cfg.eval_every == 0 and self.is_writer:
+            metrics.update(self.evaluate())
+        self.wall_s += time.perf_counter() - start
+        metrics.update(iteration=self.iteration, env_steps=algo.env_steps, wall_s=self.wall_s)
+        self._decide_stop(metrics, signals)
+        final_eval = self.interrupted_by is None and cfg.eval_every and "eval/return_mean" not in metrics
+        if self.stop_reason is not None and final_eval and self.is_writer:  # no evaluation when preempted
+            metrics.update(self.evaluate())
+        self._log(metrics)
+        self.last_metrics = metrics
+        due = cfg.checkpoint_every and self.iteration % cfg.checkpoint_every == 0
+        if self.run_dir is not None and self.is_writer and (due or self.stop_reason is not None):
+            self.save_checkpoint()
+        self._progress(metrics, final=self.stop_reason is not None)
+
+    def _decide_stop(self, metrics: dict[str, float], signals: StopSignals) -> None:
+        """Set :attr:`stop_reason` (and :attr:`interrupted_by`): a signal first, then the
+        stop conditions; under torchrun, whatever any rank decided, on every rank."""
+        if signals.received is not None:
+            self.stop_reason, self.interrupted_by = signals.reason, signals.received
+        for condition in self.stop_conditions:
+            reason = condition(self, metrics)
+            if reason is not None and self.stop_reason is None:
+                self.stop_reason = reason
+        if self.algorithm.world_size == 1:
+            return
+        # Ranks must stop together (wall time and signals differ between them): 0 goes
+        # on, 1 a stop condition held, 128 + n signal n arrived.
+        if self.interrupted_by is not None:
+            mine = 128.0 + self.interrupted_by
+        else:
+            mine = 0.0 if self.stop_reason is None else 1.0
+        flag = rdist.all_reduce_(torch.tensor([mine], device=self.algorithm.device), "max")
+        with allowed_sync():
+            decided = int(flag.item())  # SYNC: once per iteration
+        if decided >= 128 and self.interrupted_by is None:
+            self.interrupted_by = decided - 128
+            self.stop_reason = f"another rank {signal_reason(decided - 128)}"
+        elif decided and self.stop_reason is None:
+            self.stop_reason = "another rank's stop condition held"
+

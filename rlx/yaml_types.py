@@ -16,7 +16,7 @@ from typing import Any
 
 from torch import nn
 
-from rlx.config_fields import ConfigError
+from rlx.config_fields import ConfigError, foreign_field_hint
 
 __all__ = ["import_object", "object_path", "config_from_dict", "config_to_dict"]
 
@@ -141,7 +141,8 @@ def config_from_dict(cls: type, data: Any, *, where: str = "") -> Any:
     kwargs = {}
     for key, value in data.items():
         if key not in fields:
-            raise ConfigError(f"{where}.{key}: unknown key; valid keys are {sorted(fields)}")
+            hint = foreign_field_hint(cls, key)
+            raise ConfigError(f"{where}.{key}: {hint}" if hint else f"{where}.{key}: unknown key; valid keys are {sorted(fields)}")
         kwargs[key] = _coerce(value, hints[key], f"{where}.{key}")
     return cls(**kwargs)
 

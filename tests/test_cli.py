@@ -80,6 +80,26 @@ def test_recurrent_ppo_trains_resumes_evaluates_and_exports_from_the_cli(tmp_pat
         state, resets = next_state, torch.zeros(5, dtype=torch.bool)
 
 
+def test_a2c_trains_resumes_evaluates_and_exports_from_the_cli(tmp_path, capsys) -> None:
+    config = str(ROOT / "configs" / "cartpole_a2c.yaml")
+    run_dir = tmp_path / "run"
+    assert main(["train", config, "--run-dir", str(run_dir), *QUICK]) == 0
+    assert load_checkpoint(latest_checkpoint(run_dir))["config"]["algorithm"] == "a2c"
+    assert main(["train", config, "--run-dir", str(run_dir), "--resume", "--set", "trainer.max_env_steps=8192",
+                 "--set", "trainer.stop_at=null"]) == 0
+    assert main(["eval", str(run_dir), "--episodes", "4", "--num-envs", "4"]) == 0
+    assert "eval/return_mean:" in capsys.readouterr().out
+    assert main(["export", str(run_dir), "--out", str(tmp_path / "policy.pt")]) == 0
+    import rlx
+
+    obs = torch.randn(5, 4)
+    assert torch.equal(torch.jit.load(str(tmp_path / "policy.pt"))(obs), rlx.load_policy(run_dir)(obs))
+    args = ["bench", "--num-envs", "8", "--horizon", "4", "--envs", "CartPole", "--algos", "a2c", "--iters", "1",
+            "--warmup", "0", "--out-dir", str(tmp_path / "bench")]
+    assert main(args) == 0
+    assert "a2c" in (tmp_path / "bench" / "throughput_cpu.md").read_text()
+
+
 def test_loaded_policy_carries_the_observation_normalizer(tmp_path) -> None:
     run_dir = tmp_path / "run"
     assert main(["train", CARTPOLE, "--run-dir", str(run_dir), *QUICK, "--set", "config.normalize_obs=true"]) == 0
@@ -257,3 +277,48 @@ def test_import_paths_resolve_from_the_current_directory_as_under_python_m(tmp_p
     monkeypatch.setattr(sys, "path", [p for p in sys.path if p not in ("", str(tmp_path))])
     assert main(["check-env", "corridor_here:Corridor", "--steps", "20"]) == 0
     assert "Corridor: passes" in capsys.readouterr().out
+
+
+def _train_until_checkpoint(run_dir, extra=()) -> tuple[subprocess.Popen, list[str]]:
+    """Start ``rlx train`` on CartPole with no stop in sight; return once it wrote 2 iterations."""
+    args = ["train", CARTPOLE, "--run-dir", str(run_dir), "--set", "trainer.stop_at=null",
+            "--set", "trainer.max_env_steps=100000000", "--set", "trainer.checkpoint_every=1000",
+            "--set", "trainer.progress=false", *extra]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.Popen([sys.executable, "-m", "rlx", *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    metrics = run_dir / "metrics.jsonl"
+    deadline = time.monotonic() + 90
+    while time.monotonic() < deadline:
+        if metrics.exists() and len(metrics.read_text().splitlines()) >= 2:
+            return proc, args
+        if proc.poll() is not None:
+            pytest.fail(f"training ended early: {proc.stderr.read()}")
+        time.sleep(0.05)
+    proc.kill()
+    pytest.fail("no metrics appeared")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_finishes_the_iteration_checkpoints_and_exits_128_plus_it(tmp_path, signum) -> None:
+    import json
+
+    run_dir = tmp_path / "run"
+    proc, args = _train_until_checkpoint(run_dir)  # checkpoint_every=1000: none is due
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 128 + signum, err
+    name = signal.Signals(signum).name
+    assert f"stopped: received {name}" in out and "resume with: rlx train" in out
+    lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    state = load_checkpoint(latest_checkpoint(run_dir))  # written at the stop, atomically
+    assert state["trainer"]["iteration"] == lines[-1]["iteration"] == len(lines)
+    assert not list((run_dir / "checkpoints").glob(".*tmp*"))
+    stopped_at = len(lines)
+    result = _rlx(*args, "--set", f"trainer.max_iterations={stopped_at + 2}", "--resume")
+    assert result.returncode == 0, result.stderr
+    assert f"(iteration {stopped_at}," in result.stdout
+    iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert iterations == list(range(1, stopped_at + 3))
+

@@ -150,3 +150,37 @@ def test_resume_works_with_a_different_number_of_ranks(tmp_path) -> None:
     lines = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [m["iteration"] for m in lines] == [1, 2, 3, 4, 5]
     assert [m["env_steps"] for m in lines] == [4096, 8192, 12288, 14336, 16384]
+
+
+@pytest.mark.slow
+def test_sigterm_under_torchrun_stops_every_rank_at_one_iteration_and_rank_zero_writes(tmp_path) -> None:
+    import json
+    import signal
+
+    from rlx.checkpoint import latest_checkpoint, load_checkpoint
+
+    run_dir = tmp_path / "run"
+    config = str(ROOT / "configs" / "cartpole_ppo.yaml")
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(_free_port()), "-m", "rlx", "train", config, "--run-dir", str(run_dir),
+           "--set", "trainer.stop_at=null", "--set", "trainer.max_env_steps=100000000",
+           "--set", "trainer.checkpoint_every=1000", "--set", "trainer.progress=false", "--threads", "1"]
+    # Its own process group: a cluster's preemption signals the whole job, agent and ranks.
+    proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)
+    metrics = run_dir / "metrics.jsonl"
+    try:
+        deadline = time.monotonic() + 120
+        while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "timeout"
+            time.sleep(0.05)
+        os.killpg(proc.pid, signal.SIGTERM)
+        out, err = proc.communicate(timeout=90)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+    assert "stopped: received SIGTERM" in out or "stopped: another rank received SIGTERM" in out, out + err[-3000:]
+    lines = [json.loads(line) for line in metrics.read_text().splitlines()]
+    state = load_checkpoint(latest_checkpoint(run_dir))  # rank 0's, at the iteration every rank stopped
+    assert state["trainer"]["iteration"] == lines[-1]["iteration"] == len(lines)
+    assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"ckpt_{len(lines):08d}.pt"]

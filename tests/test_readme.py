@@ -58,3 +58,10 @@ def test_readme_recurrent_example_balances_cartpole_without_velocities() -> None
     namespace: dict = {}
     exec(compile(block, "README.md", "exec"), namespace)
     assert namespace["stats"]["episodes/length_mean"] >= 400
+
+
+def test_readme_a2c_example_runs_one_step() -> None:
+    block = next(b for b in _python_blocks() if "A2CConfig(" in b)
+    namespace: dict = {}
+    exec(compile(block, "README.md", "exec"), namespace)
+    assert namespace["stats"]["monitors/sgd_epochs"] == 1.0 and namespace["stats"]["env/steps"] == 512

@@ -13,7 +13,7 @@ def test_run_config_errors_name_the_key_and_its_place(tmp_path) -> None:
     base = {"env": "rlx.envs:CartPole", "algorithm": "ppo", "config": {"num_envs": 8}, "trainer": {"max_env_steps": 100}}
     cases = [
         ({**base, "trainr": {}}, r"unknown top-level key\(s\) \['trainr'\]"),
-        ({**base, "algorithm": "sac"}, r"run.yaml.algorithm: must be one of \['npg', 'ppo', 'recurrent_ppo'\]"),
+        ({**base, "algorithm": "sac"}, r"run.yaml.algorithm: must be one of \['a2c', 'npg', 'ppo', 'recurrent_a2c', 'recurrent_ppo'\]"),
         ({**base, "config": {"num_envs": "many"}}, r"run.yaml.config.num_envs: must be an integer"),
         ({**base, "trainer": {"max_env_step": 1}}, r"run.yaml.trainer.max_env_step: unknown key"),
         ({**base, "env": "rlx.envs:NoSuchEnv"}, r"env: module 'rlx.envs' has no attribute 'NoSuchEnv'"),
@@ -42,7 +42,7 @@ def test_overrides_are_parsed_as_yaml_and_applied_by_dotted_path(tmp_path) -> No
     "name",
     [
         "cartpole_ppo", "cartpole_npg", "pendulum_ppo", "pendulum_npg",
-        "cartpole_no_velocity_recurrent_ppo", "cue_recall_recurrent_ppo",
+        "cartpole_no_velocity_recurrent_ppo", "cue_recall_recurrent_ppo", "cartpole_a2c", "pendulum_a2c",
     ],
 )
 def test_shipped_configs_load_and_build(name: str) -> None:

@@ -14,7 +14,6 @@ import time
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
-from tensordict import TensorDictBase
 from torch import Tensor
 
 from rlx import distributed as rdist
@@ -24,7 +23,7 @@ from rlx.algorithms.kl_control import KLEarlyStop, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
 from rlx.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.cuda_graphs import GraphedCall
-from rlx.policy import Obs
+from rlx.policy import EvalOutput, Obs
 from rlx.rollout import ActFn, ValueFn
 from rlx.schedulers import Schedule
 from rlx.stats import Stats
@@ -125,13 +124,18 @@ def _gather(x: Obs, index: Tensor, out: Tensor | None) -> Obs:
     return x[index]
 
 
-_KL = PPOLosses._fields.index("kl")  # where the KL sits in a stacked PPOLosses
+#: Statistic names of the loss terms (the ``kl`` term is reported as ``monitors/kl_div``
+#: after the update instead).
+LOSS_STATS = {"total": "losses/total", "policy": "losses/policy", "vf": "losses/vf", "entropy": "losses/entropy",
+              "clip_fraction": "monitors/clip_fraction"}
 
 
 class PPO(Algorithm):
     """PPO on rlx's shared engine; build it with ``AlgorithmConfig(...).build(env_cls)``."""
 
     config: AlgorithmConfig
+    #: The NamedTuple of the update's loss terms; a minibatch's are stacked in its order.
+    loss_fields: type[tuple] = PPOLosses
 
     def __init__(self, env_cls: EnvFactory, config: AlgorithmConfig) -> None:
         super().__init__(env_cls, config)
@@ -246,7 +250,8 @@ class PPO(Algorithm):
         bounds = self._minibatch_bounds()
         num_minibatches, N = len(bounds), sum(size for _, size in bounds)
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        sums = torch.zeros(len(PPOLosses._fields), device=self.device)  # [6], in PPOLosses' order
+        sums = torch.zeros(len(self.loss_fields._fields), device=self.device)  # in loss_fields' order
+        kl_index = self.loss_fields._fields.index("kl")
         kl_max = torch.zeros((), device=self.device)
         if control is not None:
             control.begin()
@@ -264,23 +269,23 @@ class PPO(Algorithm):
                     weight = size / N if cfg.accumulate_grads else 1.0
                     step_now = not cfg.accumulate_grads or k == num_minibatches - 1
                     losses = self._update(mb, params, weight=weight, step=step_now, kl_so_far=kl_so_far)
-                    kl_so_far = kl_so_far + weight * losses[_KL] if cfg.accumulate_grads else kl_so_far
+                    kl_so_far = kl_so_far + weight * losses[kl_index] if cfg.accumulate_grads else kl_so_far
                 sums += losses
-                torch.maximum(kl_max, losses[_KL], out=kl_max)
+                torch.maximum(kl_max, losses[kl_index], out=kl_max)
             epochs_run += 1
             if control is not None:
                 with allowed_sync():
                     if control.stopped().item():  # SYNC: one per epoch, the KL early stop
                         break
-        means = PPOLosses(*(sums / (epochs_run * num_minibatches)).unbind())
+        means = self.loss_fields(*(sums / (epochs_run * num_minibatches)).unbind())
         return self._step_stats(means, batch, kl_max), epochs_run
 
-    def _step_stats(self, means: PPOLosses, batch: Batch, kl_max: Tensor) -> Stats:
+    def _step_stats(self, means: tuple, batch: Batch, kl_max: Tensor) -> Stats:
         """``step()``'s statistics by name, on the device."""
         stats = Stats()
-        for name, value in (("losses/total", means.total), ("losses/policy", means.policy), ("losses/vf", means.vf),
-                            ("losses/entropy", means.entropy), ("monitors/clip_fraction", means.clip_fraction)):
-            stats.add(name, value)
+        for field, value in means._asdict().items():
+            if field in LOSS_STATS:
+                stats.add(LOSS_STATS[field], value)
         kl = self._kl_after_update(batch)
         stats.add("monitors/kl_div", kl)
         stats.add("monitors/kl_div_max", torch.maximum(kl_max, kl), "max")
@@ -332,21 +337,21 @@ class PPO(Algorithm):
         minibatches, with accumulation).
 
         Returns:
-            ``[6]``: the :class:`PPOLosses` of the minibatch, stacked in field order.
+            The :attr:`loss_fields` of the minibatch, stacked in field order.
         """
         size = next(iter(mb.values())).shape[0]
         chunk = self._micro_units
         if size <= chunk:
             stats = self._backward(mb, weight)
         else:
-            stats = torch.zeros(len(PPOLosses._fields), device=self.device)
+            stats = torch.zeros(len(self.loss_fields._fields), device=self.device)
             for lo in range(0, size, chunk):
                 part = {key: x[lo : lo + chunk] for key, x in mb.items()}
                 share = min(chunk, size - lo) / size
                 stats += share * self._backward(part, weight * share)
         if step:
             if self.kl_stop is not None:
-                kl = stats[_KL] * weight + (kl_so_far if kl_so_far is not None else 0.0)
+                kl = stats[self.loss_fields._fields.index("kl")] * weight + (kl_so_far if kl_so_far is not None else 0.0)
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
                 self.kl_stop.gate(kl, self._lr_tensor, self._lr_applied)
             self._optimizer_step(params)
@@ -358,11 +363,15 @@ class PPO(Algorithm):
         self.grad_scaler.scale(losses.total * weight if weight != 1.0 else losses.total).backward()
         return torch.stack([losses.total.detach(), *losses[1:]])
 
-    def _losses(self, mb: Batch) -> PPOLosses:
-        """The policy's forward pass on a minibatch and its PPO losses."""
-        cfg = self.config
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
+    def _losses(self, mb: Batch) -> tuple:
+        """The policy's forward pass on a minibatch and its losses."""
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.config.enable_amp):
             out, rollout = self.minibatches.evaluate(self.policy, mb)
+        return self._objective(out, rollout)
+
+    def _objective(self, out: EvalOutput, rollout: Batch) -> PPOLosses:
+        """The loss terms of the policy's outputs ``out`` on a minibatch's ``rollout`` entries."""
+        cfg = self.config
         return ppo_losses(
             out.logp,
             out.entropy,

@@ -22,16 +22,22 @@ from rlx.policy import RecurrentPolicy
 if TYPE_CHECKING:
     from rlx.config import RecurrentAlgorithmConfig
 
-__all__ = ["RecurrentPPO"]
+__all__ = ["RecurrentPPO", "RecurrentUpdate"]
 
 
-class RecurrentPPO(PPO):
-    """PPO with a recurrent policy; build it with ``RecurrentAlgorithmConfig(...).build(env_cls)``."""
+class RecurrentUpdate:
+    """What makes a first-order algorithm (PPO, A2C) recurrent: a policy with a state, and
+    minibatches of whole sequences. Mixed in before the algorithm's class."""
 
-    config: RecurrentAlgorithmConfig
-    policy: RecurrentPolicy
     policy_cls = RecurrentPolicy
 
     def _minibatch_source(self) -> MinibatchSource:
         """The units the update shuffles and slices: sequences of ``seq_len`` steps."""
         return Sequences(self.config.sequence_length, self.config.burn_in)
+
+
+class RecurrentPPO(RecurrentUpdate, PPO):
+    """PPO with a recurrent policy; build it with ``RecurrentAlgorithmConfig(...).build(env_cls)``."""
+
+    config: RecurrentAlgorithmConfig
+    policy: RecurrentPolicy
