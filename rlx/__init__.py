@@ -41,6 +41,7 @@ _EXPORTS = {
     "Trainer": "rlx.trainer",
     "TrainerConfig": "rlx.trainer",
     "load_policy": "rlx.export",
+    "export_onnx": "rlx.export",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -60,7 +61,7 @@ if TYPE_CHECKING:
         RecurrentAlgorithmConfig,
     )
     from rlx.env import Env, EnvOutputError
-    from rlx.export import load_policy
+    from rlx.export import export_onnx, load_policy
     from rlx.gae import generalized_advantage_estimate
     from rlx.trainer import Trainer, TrainerConfig
 

@@ -106,8 +106,12 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 
 
 def _cmd_export(args: argparse.Namespace) -> int:
-    from rlx.export import export_torchscript
+    from rlx.export import export_onnx, export_torchscript
 
+    if args.format == "onnx":
+        out = export_onnx(args.path, args.out or Path(args.path) / "policy.onnx")
+        print(f"wrote {out} (ONNX: raw observations in, env actions out; run with onnxruntime)")
+        return 0
     out = export_torchscript(args.path, args.out or Path(args.path) / "policy.pt")
     print(f"wrote {out} (TorchScript; load with torch.jit.load or rlx.load_policy)")
     return 0
@@ -185,9 +189,12 @@ def build_parser() -> argparse.ArgumentParser:
     plot.add_argument("--out", help="PNG file to write (default RUN_DIR/curves.png)")
     plot.set_defaults(func=_cmd_plot)
 
-    export = sub.add_parser("export", help="export the policy as TorchScript", description="Export the deterministic policy as TorchScript.")
+    export = sub.add_parser("export", help="export the policy as TorchScript or ONNX",
+                            description="Export the deterministic policy as TorchScript (default) or ONNX.")
     export.add_argument("path", metavar="RUN_DIR", help="a run directory (newest checkpoint) or a checkpoint file")
-    export.add_argument("--out", help="output file (default RUN_DIR/policy.pt)")
+    export.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript",
+                        help="torchscript (runs with torch alone) or onnx (pip install 'rlx[onnx]')")
+    export.add_argument("--out", help="output file (default RUN_DIR/policy.pt, or policy.onnx)")
     export.set_defaults(func=_cmd_export)
 
     bench = sub.add_parser(

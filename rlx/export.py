@@ -11,6 +11,10 @@ A recurrent policy (``algorithm: recurrent_ppo``) loads as a
 ``policy.initial_state(B)`` with ``resets`` True at each sub-env's first step. Its
 TorchScript export has the same ``forward``; as a step with ``resets`` True ignores the
 state it is given, any tensor of the state's shape (zeros) starts an episode there.
+
+``rlx export RUN_DIR --format onnx`` (:func:`export_onnx`) writes the same deterministic
+policy as an ONNX graph for robots and inference runtimes: raw observations in (one
+named input per entry of a Composite observation), env actions out, normalizer inside.
 """
 
 from __future__ import annotations
@@ -21,14 +25,23 @@ from pathlib import Path
 from typing import Any
 
 import torch
+from tensordict import TensorDict
 from torch import Tensor, nn
+from torchrl.data import Composite
 
 from rlx.checkpoint import checkpoint_path, load_checkpoint
 from rlx.policy import PolicyBase, RecurrentPolicy
 from rlx.run_config import ALGORITHMS, env_factory
 from rlx.yaml_types import config_from_dict
 
-__all__ = ["DeployedPolicy", "DeployedRecurrentPolicy", "export_torchscript", "load_policy", "policy_from_checkpoint"]
+__all__ = [
+    "DeployedPolicy",
+    "DeployedRecurrentPolicy",
+    "export_onnx",
+    "export_torchscript",
+    "load_policy",
+    "policy_from_checkpoint",
+]
 
 
 class DeployedPolicy(nn.Module):
@@ -48,8 +61,8 @@ class DeployedPolicy(nn.Module):
 
     @torch.no_grad()
     def forward(self, obs: Any) -> Tensor:
-        """``[N, *obs]`` raw observations to ``[N, *action]`` env actions."""
-        return self.policy.act(obs, deterministic=self.deterministic).env_actions
+        """``[N, *obs]`` raw observations to ``[N, *action]`` env actions (the actor alone)."""
+        return self.policy.sample_actions(obs, deterministic=self.deterministic).env_actions
 
 
 class DeployedRecurrentPolicy(DeployedPolicy):
@@ -162,3 +175,100 @@ def export_torchscript(path: str | Path, out: str | Path, *, batch_size: int = 2
     out.parent.mkdir(parents=True, exist_ok=True)
     traced.save(str(out))
     return out
+
+
+class _OnnxInputs(nn.Module):
+    """A deployed policy called with plain tensors, one per input of the ONNX graph: a
+    Composite observation's top-level entries are put back into a TensorDict inside."""
+
+    def __init__(self, deployed: DeployedPolicy, obs_keys: list[str] | None) -> None:
+        super().__init__()
+        self.deployed, self.obs_keys = deployed, obs_keys
+
+    def forward(self, *inputs: Tensor) -> Tensor | tuple[Tensor, Tensor]:
+        n = len(self.obs_keys) if self.obs_keys is not None else 1
+        obs: Any = inputs[0]
+        if self.obs_keys is not None:
+            obs = TensorDict(dict(zip(self.obs_keys, inputs[:n])), batch_size=[inputs[0].shape[0]])
+        return self.deployed(obs, *inputs[n:])
+
+
+def _onnx_obs_keys(policy: PolicyBase) -> list[str] | None:
+    """The observation's top-level keys (the ONNX inputs), or ``None`` for a tensor."""
+    spec = policy.observation_spec
+    if not isinstance(spec, Composite):
+        return None
+    keys = sorted(spec.keys())
+    nested = [k for k in keys if isinstance(spec[k], Composite)]
+    if nested:
+        raise ValueError(f"ONNX export takes top-level observation entries; {nested} are nested Composites")
+    return keys
+
+
+def export_onnx(policy: PolicyBase | str | Path, out: str | Path, *, check_rows: int = 4096) -> Path:
+    """Write the deterministic policy as an ONNX graph for deployment (``pip install 'rlx[onnx]'``).
+
+    Inputs are raw observations, the normalizer is inside, and the outputs are env
+    actions (the distribution's mode, clipped or squashed as the env receives them):
+
+    * a tensor observation: input ``obs [N, *obs]``, output ``actions [N, *action]``;
+    * a ``Composite`` observation: one input per top-level entry, named by its key
+      (``action_mask`` included), in sorted order;
+    * a recurrent policy: the same, then inputs ``state [N, *state]`` and ``resets [N]``
+      (bool, True at an episode's first step), and outputs ``actions`` and ``next_state``.
+
+    The batch dimension ``N`` is dynamic. When ``onnxruntime`` is installed the written
+    file is run on ``check_rows`` random observations and compared with the eager policy.
+
+    Args:
+        policy: A trained policy, or a run directory / checkpoint to load it from.
+        out: The ``.onnx`` file to write.
+        check_rows: Observations of the check (0: no check).
+
+    Raises:
+        ValueError: nested Composite observations, or an exported graph that disagrees
+            with the eager policy.
+    """
+    if not isinstance(policy, PolicyBase):
+        policy, _ = policy_from_checkpoint(policy)
+    keys = _onnx_obs_keys(policy)
+    deployed = DeployedRecurrentPolicy(policy) if policy.recurrent else DeployedPolicy(policy)
+    module = _OnnxInputs(deployed, keys).eval()
+    obs_names = keys or ["obs"]
+    in_names = obs_names + (["state", "resets"] if policy.recurrent else [])
+    out_names = ["actions", "next_state"] if policy.recurrent else ["actions"]
+    batch = torch.export.Dim("batch")
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.onnx.export(
+        module, _onnx_example(policy, deployed, keys, 3), str(out), input_names=in_names, output_names=out_names,
+        dynamo=True, dynamic_shapes=(tuple({0: batch} for _ in in_names),), verbose=False,  # forward(*inputs)
+    )
+    if check_rows:
+        _check_onnx(out, module, _onnx_example(policy, deployed, keys, check_rows), in_names)
+    return out
+
+
+def _onnx_example(policy: PolicyBase, deployed: DeployedPolicy, keys: list[str] | None, n: int) -> tuple[Tensor, ...]:
+    obs = policy.observation_spec.rand((n,))
+    inputs = tuple(obs.get(k) for k in keys) if keys is not None else (obs,)
+    if policy.recurrent:  # random states and a mix of resets: both paths run
+        inputs += (torch.randn_like(deployed.initial_state(n)), torch.arange(n) % 3 == 0)
+    return inputs
+
+
+def _check_onnx(path: Path, module: nn.Module, inputs: tuple[Tensor, ...], names: list[str]) -> None:
+    """Run the file in onnxruntime (when installed) against the eager module."""
+    try:
+        import onnxruntime
+    except ImportError:
+        return
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    got = session.run(None, {name: x.numpy() for name, x in zip(names, inputs)})
+    with torch.no_grad():
+        expected = module(*inputs)
+    expected = expected if isinstance(expected, tuple) else (expected,)
+    for name, a, b in zip(("actions", "next_state"), got, expected):
+        error = (torch.from_numpy(a).double() - b.double()).abs().max().item() if b.numel() else 0.0
+        if not error <= 1e-4:
+            raise ValueError(f"the ONNX graph's '{name}' differs from the eager policy's by {error:.3g}")
