@@ -98,7 +98,9 @@ def load_resumable(path: Path | str) -> dict[str, Any]:
 
 #: Config fields a resumed run must share with its checkpoint: they fix the shapes of the
 #: saved tensors (policy, optimizer, normalizers, per-env state) or what they mean.
-RESUME_MUST_MATCH = ("env", "env_kwargs", "algorithm", "config.num_envs", "config.model_config", "config.normalize_obs")
+RESUME_MUST_MATCH = (
+    "env", "env_kwargs", "algorithm", "config.num_envs", "config.model_config", "config.normalize_obs", "config.obs_groups"
+)
 
 
 def config_differences(saved: dict[str, Any], current: dict[str, Any]) -> dict[str, tuple[Any, Any]]:

@@ -17,7 +17,7 @@ from torch import nn
 from rlx.algorithms.base import Algorithm
 from rlx.config_fields import check_bool, check_float, check_int, check_schedule_field, config_dataclass, fail
 from rlx.distributions import Distribution
-from rlx.env import resolve_device
+from rlx.env import OBS_GROUPS, resolve_device
 from rlx.schedulers import ScheduleKind
 
 if TYPE_CHECKING:
@@ -78,6 +78,13 @@ class CommonConfig:
     device: str = "auto"
     #: Seed for torch's RNGs at build (env resets, sampling, init); ``None`` leaves them.
     seed: int | None = None
+    #: Asymmetric actor-critic: ``{"actor": [keys], "critic": [keys]}`` names the top-level
+    #: keys of a Composite observation each network reads (``{"actor": ["policy"],
+    #: "critic": ["policy", "privileged"]}``); a group left out reads every key, ``None``
+    #: both. Acting reads the actor group; every value (rollout, bootstrap, truncation)
+    #: the critic group; a deployed policy takes the actor keys only. Keys are checked
+    #: against the env's observation at build.
+    obs_groups: dict[str, list[str]] | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and self.model_cls is not None:
@@ -118,6 +125,19 @@ class CommonConfig:
         except (RuntimeError, TypeError) as e:
             fail(self, "device", f"is not a valid device ({e})")
         check_int(self, "seed", minimum=0, allow_none=True)
+        self._check_obs_groups()
+
+    def _check_obs_groups(self) -> None:
+        groups = self.obs_groups
+        if groups is None:
+            return
+        if not isinstance(groups, dict) or not groups:
+            fail(self, "obs_groups", f"must map 'actor' and/or 'critic' to lists of observation keys, got {groups!r}")
+        for group, keys in groups.items():
+            if group not in OBS_GROUPS:
+                fail(self, "obs_groups", f"unknown group {group!r}; groups are {list(OBS_GROUPS)}")
+            if not isinstance(keys, (list, tuple)) or not keys or not all(isinstance(k, str) for k in keys):
+                fail(self, "obs_groups", f"{group} must be a non-empty list of observation keys, got {keys!r}")
 
     def _check_minibatch_size(self, field: str) -> None:
         check_int(self, field, allow_none=True)

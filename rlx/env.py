@@ -61,6 +61,9 @@ __all__ = [
     "canonical_device",
     "resolve_device",
     "env_record",
+    "OBS_GROUPS",
+    "group_spec",
+    "check_obs_groups",
     "check_step_output",
     "env_is_graph_safe",
 ]
@@ -328,3 +331,39 @@ def env_record(env_cls: Any) -> tuple[str, dict[str, Any]]:
         base = next(c for c in env_cls.__mro__[1:] if not getattr(c, "factory_kwargs", None) or c.factory_kwargs != factory_kwargs)
         return object_path(base), _plain(dict(factory_kwargs))
     return object_path(env_cls), {}
+
+
+#: The observation groups a model reads: ``{"actor": [keys], "critic": [keys]}``.
+OBS_GROUPS = ("actor", "critic")
+
+
+def group_spec(observation_spec: TensorSpec, keys: list[str] | None) -> TensorSpec:
+    """The part of a ``Composite`` observation spec that a group of top-level ``keys``
+    names (``action_mask`` kept, since it shapes the distribution); the whole spec when
+    ``keys`` is ``None``."""
+    if keys is None:
+        return observation_spec
+    kept = [*keys, *([ACTION_MASK] if ACTION_MASK in observation_spec.keys() and ACTION_MASK not in keys else [])]
+    return Composite({k: observation_spec[k] for k in kept}, device=observation_spec.device)
+
+
+def check_obs_groups(obs_groups: dict[str, list[str]] | None, observation_spec: TensorSpec) -> None:
+    """Refuse groups that name no key, a key the observation lacks, or a tensor observation.
+
+    Raises:
+        ValueError: naming the group and key, and listing the keys the env has.
+    """
+    if obs_groups is None:
+        return
+    if not isinstance(observation_spec, Composite):
+        raise ValueError(
+            f"obs_groups: needs a Composite observation (groups name its top-level keys), got "
+            f"{type(observation_spec).__name__}{list(observation_spec.shape)}"
+        )
+    have = sorted(observation_spec.keys())
+    for group, keys in obs_groups.items():
+        if not keys:
+            raise ValueError(f"obs_groups.{group}: is empty; the env's observation keys are {have}")
+        for key in keys:
+            if key not in have:
+                raise ValueError(f"obs_groups.{group}: {key!r} is not an observation key; the env's keys are {have}")

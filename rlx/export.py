@@ -110,6 +110,7 @@ def policy_from_checkpoint(path: str | Path, *, device: str | torch.device = "cp
         distribution_cls=algo_config.distribution_cls,
         normalize_obs=algo_config.normalize_obs,
         device=device,
+        obs_groups=algo_config.obs_groups,
     )
     policy.load_state_dict(state["algorithm"]["policy"])
     return policy, run
@@ -194,11 +195,11 @@ class _OnnxInputs(nn.Module):
 
 
 def _onnx_obs_keys(policy: PolicyBase) -> list[str] | None:
-    """The observation's top-level keys (the ONNX inputs), or ``None`` for a tensor."""
+    """The top-level keys acting reads (the ONNX inputs), or ``None`` for a tensor."""
     spec = policy.observation_spec
-    if not isinstance(spec, Composite):
+    keys = policy.actor_obs_keys
+    if keys is None:
         return None
-    keys = sorted(spec.keys())
     nested = [k for k in keys if isinstance(spec[k], Composite)]
     if nested:
         raise ValueError(f"ONNX export takes top-level observation entries; {nested} are nested Composites")
@@ -212,8 +213,8 @@ def export_onnx(policy: PolicyBase | str | Path, out: str | Path, *, check_rows:
     actions (the distribution's mode, clipped or squashed as the env receives them):
 
     * a tensor observation: input ``obs [N, *obs]``, output ``actions [N, *action]``;
-    * a ``Composite`` observation: one input per top-level entry, named by its key
-      (``action_mask`` included), in sorted order;
+    * a ``Composite`` observation: one input per top-level entry the actor reads (its
+      ``obs_groups`` group, ``action_mask`` included), named by its key, in sorted order;
     * a recurrent policy: the same, then inputs ``state [N, *state]`` and ``resets [N]``
       (bool, True at an episode's first step), and outputs ``actions`` and ``next_state``.
 
@@ -226,12 +227,17 @@ def export_onnx(policy: PolicyBase | str | Path, out: str | Path, *, check_rows:
         check_rows: Observations of the check (0: no check).
 
     Raises:
-        ValueError: nested Composite observations, or an exported graph that disagrees
-            with the eager policy.
+        ValueError: nested Composite observations, a recurrent policy over a Composite
+            observation, or an exported graph that disagrees with the eager policy.
     """
     if not isinstance(policy, PolicyBase):
         policy, _ = policy_from_checkpoint(policy)
     keys = _onnx_obs_keys(policy)
+    if keys is not None and policy.recurrent:
+        # torch.export cannot yet trace a TensorDict reshaped over a symbolic batch, which
+        # the recurrent models do with [B, L] observations.
+        raise ValueError("ONNX export of a recurrent policy with a Composite observation is not supported yet; "
+                         "deploy it with rlx.load_policy, or flatten the observation into one tensor")
     deployed = DeployedRecurrentPolicy(policy) if policy.recurrent else DeployedPolicy(policy)
     module = _OnnxInputs(deployed, keys).eval()
     obs_names = keys or ["obs"]
@@ -251,7 +257,7 @@ def export_onnx(policy: PolicyBase | str | Path, out: str | Path, *, check_rows:
 
 def _onnx_example(policy: PolicyBase, deployed: DeployedPolicy, keys: list[str] | None, n: int) -> tuple[Tensor, ...]:
     obs = policy.observation_spec.rand((n,))
-    inputs = tuple(obs.get(k) for k in keys) if keys is not None else (obs,)
+    inputs = tuple(obs.get(k) for k in keys) if keys is not None else (obs,)  # the actor's keys only
     if policy.recurrent:  # random states and a mix of resets: both paths run
         inputs += (torch.randn_like(deployed.initial_state(n)), torch.arange(n) % 3 == 0)
     return inputs

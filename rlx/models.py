@@ -38,7 +38,7 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Composite, TensorSpec
 
-from rlx.env import ACTION_MASK
+from rlx.env import ACTION_MASK, group_spec
 
 __all__ = ["MLPActorCritic", "RecurrentActorCritic", "flatten_obs", "obs_feature_size", "ACTIVATIONS", "CELLS"]
 
@@ -140,6 +140,8 @@ class MLPActorCritic(nn.Module):
         hiddens: Hidden layer widths of each MLP.
         activation_fn: One of :data:`ACTIVATIONS`.
         log_std_init: Initial value of the state-independent parameters.
+        obs_groups: ``{"actor": [keys], "critic": [keys]}``: the top-level keys of a
+            Composite observation each MLP reads (a missing group reads every key).
     """
 
     def __init__(
@@ -152,15 +154,18 @@ class MLPActorCritic(nn.Module):
         hiddens: Sequence[int] = (256, 256),
         activation_fn: str = "relu",
         log_std_init: float = 0.0,
+        obs_groups: dict[str, list[str]] | None = None,
     ) -> None:
         super().__init__()
         activation = _activation(activation_fn)
         hiddens = _widths(hiddens, allow_empty=False)
         self.observation_spec = observation_spec
-        d = obs_feature_size(observation_spec)
+        groups = obs_groups or {}
+        self.actor_spec = group_spec(observation_spec, groups.get("actor"))
+        self.critic_spec = group_spec(observation_spec, groups.get("critic"))
         num_dependent, num_independent = num_params
-        self.actor = _mlp([d, *hiddens, num_dependent], activation, out_gain=0.01, head=True)
-        self.critic = _mlp([d, *hiddens, 1], activation, out_gain=1.0, head=True)
+        self.actor = _mlp([obs_feature_size(self.actor_spec), *hiddens, num_dependent], activation, out_gain=0.01, head=True)
+        self.critic = _mlp([obs_feature_size(self.critic_spec), *hiddens, 1], activation, out_gain=1.0, head=True)
         self.log_std = (
             nn.Parameter(torch.full((num_independent,), float(log_std_init))) if num_independent else None
         )
@@ -173,16 +178,18 @@ class MLPActorCritic(nn.Module):
 
     def forward(self, obs: Tensor | TensorDictBase) -> tuple[Tensor, Tensor]:
         """Map observations to ``(dist_params [N, S + I], values [N, 1])``."""
-        features = flatten_obs(obs, self.observation_spec)
-        return self._params(features), self.critic(features)
+        if self.actor_spec is self.critic_spec:  # one group: flatten once
+            features = flatten_obs(obs, self.actor_spec)
+            return self._params(features), self.critic(features)
+        return self.dist_params(obs), self.value(obs)
 
     def value(self, obs: Tensor | TensorDictBase) -> Tensor:
-        """Critic only: ``[N, 1]``."""
-        return self.critic(flatten_obs(obs, self.observation_spec))
+        """Critic only (the critic group): ``[N, 1]``."""
+        return self.critic(flatten_obs(obs, self.critic_spec))
 
     def dist_params(self, obs: Tensor | TensorDictBase) -> Tensor:
-        """Actor only: ``[N, S + I]``."""
-        return self._params(flatten_obs(obs, self.observation_spec))
+        """Actor only (the actor group): ``[N, S + I]``."""
+        return self._params(flatten_obs(obs, self.actor_spec))
 
     def actor_parameters(self) -> list[nn.Parameter]:
         """The parameters that shape the action distribution (NPG's natural step)."""
@@ -191,6 +198,22 @@ class MLPActorCritic(nn.Module):
     def critic_parameters(self) -> list[nn.Parameter]:
         """The parameters of the value function (NPG's critic regression)."""
         return list(self.critic.parameters())
+
+
+def _recurrent_core(
+    d: int, hiddens: list[int], activation: type[nn.Module], cell_cls: type[nn.Module], hidden_size: int, num_layers: int
+) -> tuple[nn.Sequential, nn.ModuleList]:
+    """An MLP encoder (Linear + activation per hidden width; none: the core reads the flat
+    observation) and a stack of orthogonally initialised recurrent cells."""
+    encoder = list(_mlp([d, *hiddens], activation, out_gain=math.sqrt(2.0))) if hiddens else []
+    sizes = [hiddens[-1] if hiddens else d] + [hidden_size] * num_layers
+    cells = nn.ModuleList(cell_cls(fan_in, hidden_size) for fan_in in sizes[:-1])
+    for core in cells:
+        nn.init.orthogonal_(core.weight_ih)
+        nn.init.orthogonal_(core.weight_hh)
+        nn.init.zeros_(core.bias_ih)
+        nn.init.zeros_(core.bias_hh)
+    return nn.Sequential(*encoder, *([activation()] if hiddens else [])), cells
 
 
 #: Recurrent cells of :class:`RecurrentActorCritic`: name -> (cell class, state tensors).
@@ -203,7 +226,10 @@ class RecurrentActorCritic(nn.Module):
     The actor and critic share the encoder and the recurrent core (one state per
     sub-env). The state is one tensor ``[B, num_layers, k, hidden_size]`` with ``k = 2``
     (``h``, ``c``) for an LSTM and ``k = 1`` for a GRU; the initial state is zeros, and a
-    step that resets starts from zeros whatever its stored state holds.
+    step that resets starts from zeros whatever its stored state holds. With
+    ``obs_groups`` whose actor and critic read different keys, the critic has its own
+    encoder and core, and the state stacks both: ``[B, 2 * num_layers, k, hidden_size]``,
+    the actor's layers first.
 
     Args:
         observation_spec: Spec of one env's observation.
@@ -216,6 +242,8 @@ class RecurrentActorCritic(nn.Module):
         hidden_size: Width of every recurrent layer.
         num_layers: Number of stacked recurrent layers.
         log_std_init: Initial value of the state-independent parameters.
+        obs_groups: ``{"actor": [keys], "critic": [keys]}``: the top-level keys of a
+            Composite observation each part reads (a missing group reads every key).
     """
 
     def __init__(
@@ -231,6 +259,7 @@ class RecurrentActorCritic(nn.Module):
         hidden_size: int = 64,
         num_layers: int = 1,
         log_std_init: float = 0.0,
+        obs_groups: dict[str, list[str]] | None = None,
     ) -> None:
         super().__init__()
         activation = _activation(activation_fn)
@@ -243,17 +272,17 @@ class RecurrentActorCritic(nn.Module):
         self.observation_spec = observation_spec
         self.cell, self.hidden_size, self.num_layers = cell, hidden_size, num_layers
         cell_cls, self.state_tensors = CELLS[cell]
-        d = obs_feature_size(observation_spec)
-        # Linear + activation per hidden width (none: the core reads the flat observation).
-        encoder = list(_mlp([d, *hiddens], activation, out_gain=math.sqrt(2.0))) if hiddens else []
-        self.encoder = nn.Sequential(*encoder, *([activation()] if hiddens else []))
-        sizes = [hiddens[-1] if hiddens else d] + [hidden_size] * num_layers
-        self.cells = nn.ModuleList(cell_cls(fan_in, hidden_size) for fan_in in sizes[:-1])
-        for core in self.cells:
-            nn.init.orthogonal_(core.weight_ih)
-            nn.init.orthogonal_(core.weight_hh)
-            nn.init.zeros_(core.bias_ih)
-            nn.init.zeros_(core.bias_hh)
+        groups = obs_groups or {}
+        self.actor_spec = group_spec(observation_spec, groups.get("actor"))
+        self.critic_spec = group_spec(observation_spec, groups.get("critic"))
+        self.separate_critic = self.actor_spec is not self.critic_spec
+        self.encoder, self.cells = _recurrent_core(
+            obs_feature_size(self.actor_spec), hiddens, activation, cell_cls, hidden_size, num_layers
+        )
+        if self.separate_critic:  # the critic reads other keys: its own encoder, core and state
+            self.critic_encoder, self.critic_cells = _recurrent_core(
+                obs_feature_size(self.critic_spec), hiddens, activation, cell_cls, hidden_size, num_layers
+            )
         num_dependent, num_independent = num_params
         self.actor = Float32Linear(hidden_size, num_dependent)
         nn.init.orthogonal_(self.actor.weight, 0.01)
@@ -266,16 +295,17 @@ class RecurrentActorCritic(nn.Module):
         )
 
     def initial_state(self, batch_size: int) -> Tensor:
-        """Zeros, ``[B, num_layers, k, hidden_size]``."""
+        """Zeros, ``[B, num_layers, k, hidden_size]`` (``2 * num_layers`` with a separate critic)."""
+        layers = self.num_layers * (2 if self.separate_critic else 1)
         weight = self.actor.weight
         return torch.zeros(
-            batch_size, self.num_layers, self.state_tensors, self.hidden_size, dtype=torch.float32, device=weight.device
+            batch_size, layers, self.state_tensors, self.hidden_size, dtype=torch.float32, device=weight.device
         )
 
-    def _step(self, x: Tensor, state: Tensor) -> Tensor:
-        """One step of the cell stack: ``[B, F]`` features, ``[B, layers, k, H]`` state."""
+    def _step(self, x: Tensor, state: Tensor, cells: nn.ModuleList) -> Tensor:
+        """One step of a cell stack: ``[B, F]`` features, ``[B, layers, k, H]`` state."""
         new = []
-        for layer, core in enumerate(self.cells):
+        for layer, core in enumerate(cells):
             if self.state_tensors == 2:
                 h, c = core(x, (state[:, layer, 0].to(x.dtype), state[:, layer, 1].to(x.dtype)))
                 new.append(torch.stack([h, c], dim=1))  # [B, 2, H]
@@ -289,16 +319,26 @@ class RecurrentActorCritic(nn.Module):
         """Run ``L`` steps: see the module docstring for the shapes."""
         B, L = resets.shape
         flat = obs.reshape(B * L, *obs.shape[2:])  # [B*L, *obs]
-        features = self.encoder(flatten_obs(flat, self.observation_spec)).view(B, L, -1)  # [B, L, F]
+        features = self.encoder(flatten_obs(flat, self.actor_spec)).view(B, L, -1)  # [B, L, F]
+        if self.separate_critic:
+            critic_features = self.critic_encoder(flatten_obs(flat, self.critic_spec)).view(B, L, -1)
         # False where a new episode starts; any integer or bool resets. A where, not a
         # product, so a step that resets ignores its state even if it holds inf or NaN.
         keep = (resets == 0).view(B, L, 1, 1, 1)
-        outputs = []
+        n = self.num_layers
+        actor_out, critic_out = [], []
         for t in range(L):
-            state = self._step(features[:, t], torch.where(keep[:, t], state, 0.0))
-            outputs.append(state[:, -1, 0])  # the top layer's h, [B, H]
-        core = torch.stack(outputs, dim=1)  # [B, L, H]
+            state = torch.where(keep[:, t], state, 0.0)
+            actor_state = self._step(features[:, t], state[:, :n], self.cells)
+            actor_out.append(actor_state[:, -1, 0])  # the top layer's h, [B, H]
+            if self.separate_critic:
+                critic_state = self._step(critic_features[:, t], state[:, n:], self.critic_cells)
+                critic_out.append(critic_state[:, -1, 0])
+                state = torch.cat([actor_state, critic_state], dim=1)  # [B, 2 * layers, k, H]
+            else:
+                state = actor_state
+        core = torch.stack(actor_out, dim=1)  # [B, L, H]
         head = self.actor(core)  # [B, L, S]
         if self.log_std is not None:
             head = torch.cat([head, self.log_std.to(head.dtype).expand(B, L, -1)], dim=-1)
-        return head, self.critic(core), state
+        return head, self.critic(torch.stack(critic_out, dim=1) if critic_out else core), state

@@ -25,7 +25,7 @@ from torch import Tensor, nn
 from torchrl.data import Composite, TensorSpec
 
 from rlx.distributions import Distribution, default_distribution_cls
-from rlx.env import ACTION_MASK, EnvOutputError
+from rlx.env import ACTION_MASK, EnvOutputError, check_obs_groups
 from rlx.models import MLPActorCritic, RecurrentActorCritic
 from rlx.normalization import RunningMeanStd
 
@@ -116,6 +116,9 @@ class PolicyBase(nn.Module):
         normalize_obs: Keep a running mean/std of every floating observation entry and
             feed the model normalized observations.
         device: Device of the parameters.
+        obs_groups: ``{"actor": [keys], "critic": [keys]}``: the top-level keys of a
+            Composite observation the actor and the critic read (see
+            :attr:`~rlx.config_base.CommonConfig.obs_groups`); passed to a built model.
     """
 
     #: The model class built when neither ``model`` nor ``model_cls`` is given.
@@ -139,16 +142,24 @@ class PolicyBase(nn.Module):
         distribution_cls: type[Distribution] | None = None,
         normalize_obs: bool = False,
         device: torch.device | str = "cpu",
+        obs_groups: dict[str, list[str]] | None = None,
     ) -> None:
         super().__init__()
         self.observation_spec = observation_spec
         self.action_spec = action_spec
         self.distribution_cls = distribution_cls or default_distribution_cls(action_spec)
         self.num_params = self.distribution_cls.param_layout(action_spec)
+        check_obs_groups(obs_groups, observation_spec)
+        self.obs_groups = obs_groups
         if model is None:
-            model = (model_cls or self.default_model_cls)(
-                observation_spec, action_spec, num_params=self.num_params, **(model_config or {})
-            )
+            cls = model_cls or self.default_model_cls
+            kwargs = {**(model_config or {}), **({"obs_groups": obs_groups} if obs_groups else {})}
+            try:
+                model = cls(observation_spec, action_spec, num_params=self.num_params, **kwargs)
+            except TypeError as e:
+                if obs_groups and "obs_groups" in str(e):
+                    raise TypeError(f"model_cls {cls.__name__} does not take obs_groups ({e})") from e
+                raise
         self._check_model(model)
         self.model = model.to(device)
         self._has_mask = isinstance(observation_spec, Composite) and ACTION_MASK in observation_spec.keys()
@@ -174,9 +185,23 @@ class PolicyBase(nn.Module):
         if isinstance(obs, Tensor):
             return self.obs_normalizers["obs"].normalize(obs)
         obs = obs.copy()  # shallow: never write normalized values into the caller's data
+        present = obs.keys(include_nested=True)  # a deployed policy gets the actor's keys only
         for name, path in self._norm_keys.items():
-            obs.set(path, self.obs_normalizers[name].normalize(obs.get(path)))
+            if path in present:
+                obs.set(path, self.obs_normalizers[name].normalize(obs.get(path)))
         return obs
+
+    @property
+    def actor_obs_keys(self) -> list[str] | None:
+        """The top-level observation keys acting needs (the actor group, and the action
+        mask), sorted; ``None`` for a tensor observation."""
+        spec = self.observation_spec
+        if not isinstance(spec, Composite):
+            return None
+        actor = (self.obs_groups or {}).get("actor")
+        if actor is None:
+            return sorted(spec.keys())
+        return sorted({*actor, *([ACTION_MASK] if ACTION_MASK in spec.keys() else [])})
 
     @torch.no_grad()
     def update_obs_stats(self, obs: Obs) -> None:

@@ -84,6 +84,7 @@ class Algorithm(ABC):
             distribution_cls=config.distribution_cls,
             normalize_obs=config.normalize_obs,
             device=self.device,
+            obs_groups=config.obs_groups,
         )
         if self.device.type == "cpu":
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
