@@ -64,6 +64,7 @@ __all__ = [
     "OBS_GROUPS",
     "group_spec",
     "check_obs_groups",
+    "select_rows",
     "check_step_output",
     "env_is_graph_safe",
 ]
@@ -367,3 +368,13 @@ def check_obs_groups(obs_groups: dict[str, list[str]] | None, observation_spec: 
         for key in keys:
             if key not in have:
                 raise ValueError(f"obs_groups.{group}: {key!r} is not an observation key; the env's keys are {have}")
+
+
+def select_rows(rows: torch.Tensor, a: Any, b: Any) -> Any:
+    """``a`` where ``rows`` (``[B]`` bool), else ``b``: tensors ``[B, ...]``, or TensorDicts
+    entry by entry (``b``'s entries that ``a`` lacks are kept). Adapters use it to take the
+    true last observation only where an episode ended."""
+    if isinstance(b, torch.Tensor):
+        return torch.where(rows.view(-1, *([1] * (b.dim() - 1))), a, b)
+    out = {k: select_rows(rows, a.get(k), b.get(k)) if k in a.keys() else b.get(k) for k in b.keys()}
+    return type(b)(out, batch_size=b.batch_size, device=b.device)

@@ -275,6 +275,6 @@ def _check_onnx(path: Path, module: nn.Module, inputs: tuple[Tensor, ...], names
         expected = module(*inputs)
     expected = expected if isinstance(expected, tuple) else (expected,)
     for name, a, b in zip(("actions", "next_state"), got, expected):
-        error = (torch.from_numpy(a).double() - b.double()).abs().max().item() if b.numel() else 0.0
+        error = (torch.from_numpy(a).double() - b.double()).abs().max().item() if b.numel() else 0.0  # SYNC: export check, CPU
         if not error <= 1e-4:
             raise ValueError(f"the ONNX graph's '{name}' differs from the eager policy's by {error:.3g}")

@@ -348,7 +348,8 @@ class Policy(PolicyBase):
 
     def initial_state(self, batch_size: int) -> Tensor:
         """``[B, 0]``: a feedforward policy remembers nothing."""
-        return torch.zeros(batch_size, 0, device=next(self.model.parameters()).device)
+        tensor = next(iter([*self.parameters(), *self.buffers()]), None)  # a model may have no parameters
+        return torch.zeros(batch_size, 0, device=tensor.device if tensor is not None else "cpu")
 
     @torch.no_grad()
     def act_step(self, obs: Obs, state: Tensor, resets: Tensor, *, deterministic: bool = False) -> StepOutput:

@@ -351,6 +351,9 @@ class Rollout:
             finite = finite & torch.isfinite(leaf).all()
         stats.add("rollout/finite", finite, "min")
         stats.add("rollout/truncation_overflow", overflow, "max")
+        pop_logs = getattr(self.env, "pop_log_stats", None)  # an env's own logged scalars
+        for name, value in (pop_logs() if callable(pop_logs) else {}).items():
+            stats.add(f"env/{name}", value)
         return stats
 
     def finish(self, host: dict[str, float]) -> None:
@@ -370,6 +373,7 @@ class Rollout:
         keys = ("returns/min", "returns/max", "returns/mean", "returns/std", "rewards/min", "rewards/max", "rewards/mean", "rewards/std")
         return {
             **{k: host[k] for k in keys},
+            **{k: v for k, v in host.items() if k.startswith("env/")},  # an env's logged scalars
             "episodes/count": count,
             "episodes/return_mean": host["episodes/return_sum"] / count if count else math.nan,
             "episodes/length_mean": host["episodes/length_sum"] / count if count else math.nan,
@@ -399,8 +403,8 @@ class Rollout:
         for name, x in checks:
             bad = ~torch.isfinite(x)
             if bad.any():
-                env_idx, step_idx = (int(i) for i in bad.nonzero()[0][:2])
-                value = x[env_idx, step_idx].flatten()[bad[env_idx, step_idx].flatten()][0].item()
+                env_idx, step_idx = (int(i) for i in bad.nonzero()[0][:2])  # SYNC: error path
+                value = x[env_idx, step_idx].flatten()[bad[env_idx, step_idx].flatten()][0].item()  # SYNC: error path
                 if name.startswith(OBS):  # column t holds the observation after step t-1
                     where = "reset observation" if step_idx == 0 else f"step {step_idx - 1}"
                 else:

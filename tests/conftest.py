@@ -115,3 +115,28 @@ def scripted_env() -> type[ScriptedEnv]:
 @pytest.fixture
 def masked_choice_env() -> type[MaskedChoiceEnv]:
     return MaskedChoiceEnv
+
+
+def best_pendulum_return(env_cls, *, max_env_steps: int = 400_000, goal: float = -400.0) -> tuple[float, int]:
+    """Train PPO (the shipped Pendulum settings) on ``env_cls`` until the mean episode
+    return reaches ``goal`` or the budget ends: ``(best return, env steps)``. The learning
+    test every Pendulum-shaped adapter runs."""
+    import math
+
+    from rlx import AlgorithmConfig
+
+    algo = AlgorithmConfig(num_envs=64, horizon=64, num_sgd_iters=10, sgd_minibatch_size=1024, gamma=0.9,
+                           optimizer_config={"lr": 1e-3}, model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
+                           vf_clip_param=None, max_grad_norm=0.5, device="cpu", seed=0).build(env_cls)
+    best = -math.inf
+    while algo.env_steps < max_env_steps and best < goal:
+        value = algo.collect()["episodes/return_mean"]
+        algo.step()
+        best = max(best, value) if value == value else best
+    return best, algo.env_steps
+
+
+@pytest.fixture
+def pendulum_learner():
+    """:func:`best_pendulum_return`, for the adapters' learning tests."""
+    return best_pendulum_return

@@ -12,9 +12,11 @@ from rlx.envs.point_mass import PointMass
 from rlx.envs.check import check_env
 from rlx.envs.gymnasium import GymnasiumEnv
 from rlx.envs.torchrl import TorchRLEnv, to_torchrl
+from rlx.envs.rsl_rl import RslRlVecEnv
+from rlx.envs.torch_vector import TorchVectorEnv
 
 #: Adapters and tools: not envs to list or benchmark by themselves.
-TOOLS = ["GymnasiumEnv", "TorchRLEnv", "check_env", "to_torchrl"]
+TOOLS = ["GymnasiumEnv", "RslRlVecEnv", "TorchRLEnv", "TorchVectorEnv", "check_env", "to_torchrl"]
 
 __all__ = [
     "Acrobot",

@@ -1,0 +1,162 @@
+"""Train on GPU simulators that speak rsl_rl's ``VecEnv`` (Isaac Lab, mjlab, Genesis,
+MuJoCo Playground): :class:`RslRlVecEnv`.
+
+The adapter reads either form of the interface:
+
+* rsl_rl >= 3: ``get_observations() -> TensorDict`` of observation groups (``policy``,
+  ``critic``, ...), ``step(actions) -> (obs TensorDict, rewards [B], dones [B], extras)``;
+* rsl_rl 2.x: ``get_observations() -> (Tensor, extras)`` with the other groups in
+  ``extras["observations"]``, and ``step`` returning the policy observation as a tensor.
+
+Groups become the top-level keys of a ``Composite`` observation (the 2.x policy tensor is
+``policy``), so ``obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]}`` gives
+the asymmetric actor-critic these simulators train with. ``dones & ~time_outs`` is
+``terminated`` and ``time_outs`` (``extras["time_outs"]``, 0/1 floats or bools) is
+``truncated``.
+
+The truncation bootstrap. These envs reset a sub-env inside ``step`` and return the first
+observation of its next episode, and most do not expose the last observation of the one
+that ended. The adapter then bootstraps a time-out from ``V(s_t)``, the observation the
+step was taken from (rsl_rl's own approximation). An env that puts the true last
+observation in ``extras["final_observation"]`` (a TensorDict of groups, or the policy
+tensor in 2.x) gets the exact ``V(final_obs)``; a final observation is read only where it
+is given.
+
+Scalars in ``extras["log"]`` (rsl_rl's episode logging) and ``extras["episode"]`` appear
+in ``collect()``'s statistics as ``env/<name>``: means over the steps of the collect
+that reported them, accumulated on the device.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import torch
+from tensordict import TensorDict, TensorDictBase
+from torch import Tensor
+from torchrl.data import Composite, Unbounded
+
+from rlx.env import FINAL_OBS, OBS, REWARDS, TERMINATED, TRUNCATED, Env, select_rows
+from rlx.yaml_types import import_object
+
+__all__ = ["RslRlVecEnv", "FINAL_OBSERVATION_KEY"]
+
+#: The ``extras`` entry an env may fill with the true last observation of episodes that
+#: ended in a step (only those rows are read).
+FINAL_OBSERVATION_KEY = "final_observation"
+#: The group name of a 2.x env's policy observation tensor.
+POLICY = "policy"
+
+
+class RslRlVecEnv(Env):
+    """An rsl_rl ``VecEnv`` as an rlx env (see the module docstring).
+
+    Args:
+        num_envs: ``B``; the VecEnv must have as many.
+        horizon: Unused (the VecEnv ends its own episodes).
+        device: Must be the VecEnv's device.
+        make_env: ``make_env(num_envs, device)`` returning the VecEnv, or its import path
+            (``"my_pkg.envs:make_env"``); usually bound with :meth:`factory`.
+    """
+
+    factory_kwargs: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu",
+                 make_env: Callable[[int, torch.device], Any] | str | None = None) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        make_env = make_env or self.factory_kwargs.get("make_env")
+        if make_env is None:
+            raise ValueError("RslRlVecEnv: make_env is required (RslRlVecEnv.factory(make_env), or env_kwargs.make_env)")
+        if isinstance(make_env, str):
+            make_env = import_object(make_env, where="RslRlVecEnv.make_env")
+        self.vec_env = make_env(num_envs, self.device)
+        for attr in ("num_envs", "num_actions", "get_observations", "step"):
+            if not hasattr(self.vec_env, attr):
+                raise ValueError(f"RslRlVecEnv: {type(self.vec_env).__name__} has no '{attr}': not an rsl_rl VecEnv")
+        if int(self.vec_env.num_envs) != num_envs:
+            raise ValueError(f"RslRlVecEnv: make_env built {self.vec_env.num_envs} envs, expected {num_envs}")
+        vec_device = torch.device(getattr(self.vec_env, "device", self.device))
+        if vec_device.type != self.device.type or (vec_device.index or 0) != (self.device.index or 0):
+            raise ValueError(f"RslRlVecEnv: the VecEnv is on {vec_device}, the algorithm on {self.device}; set device")
+        obs = self._groups(*_split(self.vec_env.get_observations()))
+        self.observation_spec = Composite(
+            {k: Unbounded(shape=obs.get(k).shape[1:], device=self.device) for k in obs.keys()}, device=self.device
+        )
+        self.action_spec = Unbounded(shape=(int(self.vec_env.num_actions),), device=self.device)
+        length = getattr(self.vec_env, "max_episode_length", None)
+        if isinstance(length, (int, float)) and length > 0:
+            self.max_episode_steps = int(length)
+        self._last_obs = obs
+        self._log_sums: dict[str, Tensor] = {}
+        self._log_counts: dict[str, Tensor] = {}
+
+    @classmethod
+    def factory(cls, make_env: Callable[[int, torch.device], Any] | str) -> type[RslRlVecEnv]:
+        """An env class bound to ``make_env``, usable wherever an env class is.
+
+        Example:
+            >>> algo = AlgorithmConfig(num_envs=4096, obs_groups={"actor": ["policy"]}).build(RslRlVecEnv.factory(make))
+        """
+        name = make_env if isinstance(make_env, str) else getattr(make_env, "__name__", "custom")
+        return type(f"RslRlVecEnv[{name}]", (cls,),
+                    {"factory_kwargs": {"make_env": make_env}, "__module__": cls.__module__, "__doc__": cls.__doc__})
+
+    def _groups(self, obs: Tensor | TensorDictBase, extras: dict[str, Any] | None) -> TensorDict:
+        """Both forms as one TensorDict of groups, float32, on the device."""
+        if isinstance(obs, TensorDictBase):
+            groups = {k: obs.get(k) for k in obs.keys()}
+        else:
+            groups = {POLICY: obs, **dict((extras or {}).get("observations") or {})}
+        return TensorDict({k: v.float() for k, v in sorted(groups.items())}, batch_size=[self.num_envs], device=self.device)
+
+    def reset(self, *, config: dict[str, Any] | None = None) -> TensorDict:
+        if callable(getattr(self.vec_env, "reset", None)):
+            self.vec_env.reset()
+        obs = self._groups(*_split(self.vec_env.get_observations()))
+        self._last_obs = obs
+        return obs
+
+    def step(self, actions: Tensor) -> TensorDict:
+        obs, rewards, dones, extras = self.vec_env.step(actions)
+        extras = extras or {}
+        obs = self._groups(obs, extras)
+        B = self.num_envs
+        dones = dones.reshape(B).bool()
+        time_outs = extras.get("time_outs")
+        truncated = dones & time_outs.reshape(B).bool() if time_outs is not None else torch.zeros_like(dones)
+        final = self._last_obs  # V(s_t) where no final observation is given (rsl_rl's approximation)
+        given = extras.get(FINAL_OBSERVATION_KEY)
+        if given is not None:
+            given = self._groups(*_split(given))
+            final = select_rows(dones, given, final)
+        self._accumulate_logs(extras)
+        self._last_obs = obs
+        return TensorDict(
+            {OBS: obs, REWARDS: rewards.reshape(B, 1).float(), TERMINATED: (dones & ~truncated).view(B, 1),
+             TRUNCATED: truncated.view(B, 1), FINAL_OBS: final},
+            batch_size=[B], device=self.device,
+        )
+
+    def _accumulate_logs(self, extras: dict[str, Any]) -> None:
+        for section in ("log", "episode"):
+            for name, value in (extras.get(section) or {}).items():
+                if isinstance(value, (Tensor, int, float)):
+                    value = torch.as_tensor(value, dtype=torch.float32, device=self.device).mean()
+                    key = name.replace("/", "_")
+                    self._log_sums[key] = self._log_sums.get(key, 0.0) + value
+                    self._log_counts[key] = self._log_counts.get(key, 0) + 1
+
+    def pop_log_stats(self) -> dict[str, Tensor]:
+        """Means of the logged scalars since the last call (``[]`` tensors), then forget them."""
+        out = {k: self._log_sums[k] / self._log_counts[k] for k in self._log_sums}
+        self._log_sums, self._log_counts = {}, {}
+        return out
+
+
+def _split(result: Any) -> tuple[Any, dict[str, Any] | None]:
+    """``get_observations()``'s result as ``(obs, extras)``: 2.x returns a pair."""
+    if isinstance(result, tuple):
+        return result[0], result[1]
+    return result, None
+
