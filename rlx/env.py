@@ -42,7 +42,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import Composite, TensorSpec
 
-from rlx.yaml_types import object_path
+from rlx.yaml_types import import_object, object_path
 
 __all__ = [
     "Env",
@@ -65,6 +65,8 @@ __all__ = [
     "group_spec",
     "check_obs_groups",
     "select_rows",
+    "bound_env_class",
+    "resolve_make_env",
     "check_step_output",
     "env_is_graph_safe",
 ]
@@ -378,3 +380,23 @@ def select_rows(rows: torch.Tensor, a: Any, b: Any) -> Any:
         return torch.where(rows.view(-1, *([1] * (b.dim() - 1))), a, b)
     out = {k: select_rows(rows, a.get(k), b.get(k)) if k in a.keys() else b.get(k) for k in b.keys()}
     return type(b)(out, batch_size=b.batch_size, device=b.device)
+
+
+def bound_env_class(cls: type, target: Any, factory_kwargs: dict[str, Any]) -> type:
+    """A subclass of the adapter ``cls`` with ``factory_kwargs`` bound (what an adapter's
+    ``factory()`` returns): ``env_cls(num_envs, horizon, device=...)`` like any env class,
+    named after ``target`` (an env id, import path or function)."""
+    name = target if isinstance(target, str) else getattr(target, "__name__", "custom")
+    return type(f"{cls.__name__}[{name}]", (cls,),
+                {"factory_kwargs": factory_kwargs, "__module__": cls.__module__, "__doc__": cls.__doc__})
+
+
+def resolve_make_env(make_env: Any, where: str) -> Any:
+    """``make_env`` itself, or the function its import path (``"pkg.mod:fn"``) names.
+
+    Raises:
+        ValueError: no ``make_env`` was given (naming ``where``).
+    """
+    if make_env is None:
+        raise ValueError(f"{where}: make_env is required (the adapter's factory(make_env), or env_kwargs.make_env)")
+    return import_object(make_env, where=where) if isinstance(make_env, str) else make_env

@@ -152,6 +152,8 @@ class Rollout:
         self.values, self.rewards = cols(buf.get(VALUES)), cols(buf.get(REWARDS))
         self.terminated, self.truncated = cols(buf.get(TERMINATED)), cols(buf.get(TRUNCATED))
         self.final_obs = cols(buf.get(FINAL_OBS)) if self.truncates else None
+        # (key, declared at validation, its columns): what each env step's flags go into.
+        self._episode_ends = ((TERMINATED, self.terminates, self.terminated), (TRUNCATED, self.truncates, self.truncated))
         self.states, self.resets = cols(states), cols(resets)
         self._state_columns, self._no_resets = states, torch.zeros(B * T, 1, dtype=torch.bool, device=self.device)
         self._time_index = torch.arange(T, device=self.device)
@@ -248,7 +250,7 @@ class Rollout:
             self.obs[t + 1].copy_(out.get(OBS))
 
     def _copy_episode_ends(self, out: Any, t: int) -> None:
-        for key, declared, cols in ((TERMINATED, self.terminates, self.terminated), (TRUNCATED, self.truncates, self.truncated)):
+        for key, declared, cols in self._episode_ends:
             if declared:
                 cols[t].copy_(out.get(key))
             elif key in out.keys():

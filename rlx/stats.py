@@ -57,9 +57,6 @@ class Stats:
         self._ops[std_name] = "std"
         self._std_of[std_name] = mean_name
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._values
-
     def _reduced(self) -> dict[str, Tensor]:
         """Every entry combined across ranks: one all-reduce per operation in use."""
         values = {name: v.double() for name, v in self._values.items()}

@@ -149,6 +149,7 @@ class PPO(Algorithm):
         self._entropy_coeff_value = self.entropy_schedule.value(0)
         self.entropy_coeff = torch.tensor(self._entropy_coeff_value, device=self.device)
         self.minibatches = self._minibatch_source()
+        self._kl_index = self.loss_fields._fields.index("kl")  # where the KL sits in stacked losses
         self._micro_units = self._micro_batch_units()
         self._epoch_batch: dict[str, Tensor] = {}
         # cudagraphs: the minibatch update replays from static inputs (made on first use).
@@ -251,7 +252,7 @@ class PPO(Algorithm):
         num_minibatches, N = len(bounds), sum(size for _, size in bounds)
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
         sums = torch.zeros(len(self.loss_fields._fields), device=self.device)  # in loss_fields' order
-        kl_index = self.loss_fields._fields.index("kl")
+        kl_index = self._kl_index
         kl_max = torch.zeros((), device=self.device)
         if control is not None:
             control.begin()
@@ -351,7 +352,7 @@ class PPO(Algorithm):
                 stats += share * self._backward(part, weight * share)
         if step:
             if self.kl_stop is not None:
-                kl = stats[self.loss_fields._fields.index("kl")] * weight + (kl_so_far if kl_so_far is not None else 0.0)
+                kl = stats[self._kl_index] * weight + (kl_so_far if kl_so_far is not None else 0.0)
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
                 self.kl_stop.gate(kl, self._lr_tensor, self._lr_applied)
             self._optimizer_step(params)

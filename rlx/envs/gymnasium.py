@@ -26,7 +26,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Bounded, Categorical, Composite, MultiCategorical, TensorSpec, Unbounded
 
-from rlx.env import ACTION_MASK, Env
+from rlx.env import ACTION_MASK, Env, bound_env_class
 
 __all__ = ["GymnasiumEnv", "space_to_spec"]
 
@@ -172,12 +172,7 @@ class GymnasiumEnv(Env):
         Example:
             >>> algo = AlgorithmConfig(num_envs=8).build(GymnasiumEnv.factory("CartPole-v1"))
         """
-        name = env if isinstance(env, str) else getattr(env, "__name__", "custom")
-        return type(
-            f"GymnasiumEnv[{name}]",
-            (cls,),
-            {"factory_kwargs": {"env": env, **options}, "__module__": cls.__module__, "__doc__": cls.__doc__},
-        )
+        return bound_env_class(cls, env, {"env": env, **options})
 
     def _torch_obs(self, obs: Any) -> Any:
         return _to_torch(obs, self.observation_spec, self.num_envs, self.device)

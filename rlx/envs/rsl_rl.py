@@ -37,8 +37,7 @@ from tensordict import TensorDict, TensorDictBase
 from torch import Tensor
 from torchrl.data import Composite, Unbounded
 
-from rlx.env import FINAL_OBS, OBS, REWARDS, TERMINATED, TRUNCATED, Env, select_rows
-from rlx.yaml_types import import_object
+from rlx.env import FINAL_OBS, OBS, REWARDS, TERMINATED, TRUNCATED, Env, bound_env_class, resolve_make_env, select_rows
 
 __all__ = ["RslRlVecEnv", "FINAL_OBSERVATION_KEY"]
 
@@ -65,11 +64,7 @@ class RslRlVecEnv(Env):
     def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu",
                  make_env: Callable[[int, torch.device], Any] | str | None = None) -> None:
         super().__init__(num_envs, horizon, device=device)
-        make_env = make_env or self.factory_kwargs.get("make_env")
-        if make_env is None:
-            raise ValueError("RslRlVecEnv: make_env is required (RslRlVecEnv.factory(make_env), or env_kwargs.make_env)")
-        if isinstance(make_env, str):
-            make_env = import_object(make_env, where="RslRlVecEnv.make_env")
+        make_env = resolve_make_env(make_env or self.factory_kwargs.get("make_env"), "RslRlVecEnv")
         self.vec_env = make_env(num_envs, self.device)
         for attr in ("num_envs", "num_actions", "get_observations", "step"):
             if not hasattr(self.vec_env, attr):
@@ -98,9 +93,7 @@ class RslRlVecEnv(Env):
         Example:
             >>> algo = AlgorithmConfig(num_envs=4096, obs_groups={"actor": ["policy"]}).build(RslRlVecEnv.factory(make))
         """
-        name = make_env if isinstance(make_env, str) else getattr(make_env, "__name__", "custom")
-        return type(f"RslRlVecEnv[{name}]", (cls,),
-                    {"factory_kwargs": {"make_env": make_env}, "__module__": cls.__module__, "__doc__": cls.__doc__})
+        return bound_env_class(cls, make_env, {"make_env": make_env})
 
     def _groups(self, obs: Tensor | TensorDictBase, extras: dict[str, Any] | None) -> TensorDict:
         """Both forms as one TensorDict of groups, float32, on the device."""

@@ -21,8 +21,7 @@ from tensordict import TensorDict
 from torch import Tensor
 from torchrl.data import Bounded, Composite, Unbounded
 
-from rlx.env import FINAL_OBS, OBS, REWARDS, TERMINATED, TRUNCATED, Env, select_rows
-from rlx.yaml_types import import_object
+from rlx.env import FINAL_OBS, OBS, REWARDS, TERMINATED, TRUNCATED, Env, bound_env_class, resolve_make_env, select_rows
 
 __all__ = ["TorchVectorEnv"]
 
@@ -56,11 +55,7 @@ class TorchVectorEnv(Env):
         super().__init__(num_envs, horizon, device=device)
         options = {"make_env": make_env, "action_low": action_low, "action_high": action_high}
         options = {**self.factory_kwargs, **{k: v for k, v in options.items() if v is not None}}
-        make_env = options.get("make_env")
-        if make_env is None:
-            raise ValueError("TorchVectorEnv: make_env is required (TorchVectorEnv.factory(make_env))")
-        if isinstance(make_env, str):
-            make_env = import_object(make_env, where="TorchVectorEnv.make_env")
+        make_env = resolve_make_env(options.get("make_env"), "TorchVectorEnv")
         self.vector_env = make_env(num_envs, self.device)
         obs, _ = self.vector_env.reset()
         obs = _as_obs(obs, num_envs, self.device)
@@ -89,10 +84,7 @@ class TorchVectorEnv(Env):
     @classmethod
     def factory(cls, make_env: Callable[[int, torch.device], Any] | str, **options: Any) -> type[TorchVectorEnv]:
         """An env class bound to ``make_env`` (and ``action_low`` / ``action_high``)."""
-        name = make_env if isinstance(make_env, str) else getattr(make_env, "__name__", "custom")
-        return type(f"TorchVectorEnv[{name}]", (cls,),
-                    {"factory_kwargs": {"make_env": make_env, **options}, "__module__": cls.__module__,
-                     "__doc__": cls.__doc__})
+        return bound_env_class(cls, make_env, {"make_env": make_env, **options})
 
     def reset(self, *, config: dict[str, Any] | None = None) -> Tensor | TensorDict:
         obs, _ = self.vector_env.reset()
