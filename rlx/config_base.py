@@ -54,7 +54,8 @@ class CommonConfig:
     #: Optimizer keyword arguments; default ``{"lr": 1e-3}``.
     optimizer_config: dict[str, Any] | None = None
     #: Learning-rate schedule: ``[(env_steps, lr), ...]``, counted in env transitions
-    #: (``B * T`` per collect). Constant when ``None``.
+    #: (``B * T`` per collect). Constant when ``None``. ``[[0, 3e-4], [1000000, 0]]``
+    #: with ``lr_schedule_kind: interp`` anneals linearly to 0 over a 1M-step budget.
     lr_schedule: list[tuple[int, float]] | None = None
     #: ``"step"`` (jump and hold) or ``"interp"`` (linear between milestones).
     lr_schedule_kind: ScheduleKind = "step"
@@ -113,8 +114,8 @@ class CommonConfig:
             fail(self, "optimizer_config", f"lr must be a positive number, got {lr!r}")
         if self.lr_schedule is not None:
             check_schedule_field(self, "lr_schedule")
-            if any(v <= 0 for _, v in self.lr_schedule):
-                fail(self, "lr_schedule", "learning rates must be positive")
+            if any(v < 0 for _, v in self.lr_schedule):
+                fail(self, "lr_schedule", "learning rates must be >= 0 (0 anneals the LR away at the end of a budget)")
         check_float(self, "gamma", low=0.0, high=1.0)
         check_float(self, "gae_lambda", low=0.0, high=1.0)
         for field in ("normalize_advantages", "normalize_rewards", "normalize_obs", "enable_amp"):

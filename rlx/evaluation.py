@@ -17,9 +17,13 @@ __all__ = ["evaluate_policy"]
 def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: int, deterministic: bool = True) -> dict[str, float]:
     """Run the policy on ``env`` until ``episodes`` episodes have ended, in all sub-envs.
 
-    Episodes that are still running when enough have ended are not counted, nor are
-    those cut by ``max_steps``. Uses a fork of torch's RNG, so training continues with
-    the same random numbers whether or not it evaluates.
+    Each sub-env contributes at most ``ceil(episodes / B)`` episodes, its first ones:
+    counting whichever episodes end first would favour short ones (on a task where
+    falling ends an episode, the failures), biasing the mean down. With ``episodes ==
+    B`` every sub-env plays exactly one episode. Episodes still running when enough
+    have been counted are not counted, nor are those cut by ``max_steps``. Uses a fork
+    of torch's RNG, so training continues with the same random numbers whether or not
+    it evaluates.
 
     Returns:
         ``eval/return_mean``, ``eval/length_mean`` (NaN when no episode ended) and
@@ -33,6 +37,8 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
         ret = torch.zeros(B, dtype=torch.float64, device=device)
         length = torch.zeros(B, dtype=torch.float64, device=device)
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # count, return sum, length sum
+        quota = -(-episodes // B)  # episodes each sub-env may contribute
+        counted = torch.zeros(B, dtype=torch.long, device=device)
         # Every sub-env starts from the policy's initial state (empty for a feedforward
         # policy) and restarts from it at each episode end.
         state = policy.initial_state(B)
@@ -48,10 +54,13 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
                 if key in out.keys():
                     done |= out.get(key).squeeze(-1)
             resets = done.unsqueeze(-1)
-            d = done.double()
+            counts = done & (counted < quota)
+            counted += counts.long()
+            d = counts.double()
             totals += torch.stack([d.sum(), (ret * d).sum(), (length * d).sum()])
-            ret *= 1 - d
-            length *= 1 - d
+            ended = done.double()
+            ret *= 1 - ended
+            length *= 1 - ended
             obs = out.get(OBS)
             if t % 32 == 31:
                 with allowed_sync():
