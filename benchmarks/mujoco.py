@@ -42,6 +42,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# Run as a script, this file's folder leads sys.path, and this file would shadow the
+# `mujoco` package gymnasium imports.
+sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 RESULTS = ROOT / "benchmarks" / "results" / "mujoco.jsonl"
 TABLE = ROOT / "benchmarks" / "results" / "mujoco.md"
 ENVS = {
@@ -66,6 +69,9 @@ TIANSHOU_PUBLISHED = {
     ("humanoid", "npg"): (765.1, 91.3), ("humanoid", "trpo"): (810.1, 126.1), ("humanoid", "ppo"): (787.1, 193.5),
     ("inverted_double_pendulum", "npg"): (9243.2, 276.0), ("inverted_double_pendulum", "trpo"): (8435.2, 1073.3),
     ("inverted_double_pendulum", "ppo"): (9231.3, 270.4),
+    ("ant", "a2c"): (3485.4, 433.1), ("halfcheetah", "a2c"): (1829.9, 1068.3), ("hopper", "a2c"): (1253.2, 458.0),
+    ("walker2d", "a2c"): (1091.6, 709.2), ("humanoid", "a2c"): (1726.0, 1070.1),
+    ("inverted_double_pendulum", "a2c"): (9257.7, 277.4),
 }
 PEER_ALGOS = {"tianshou": ("npg", "trpo", "ppo"), "sb3": ("ppo",)}
 
@@ -177,7 +183,7 @@ def peer_tianshou(env_id: str, algo: str, seed: int, steps: int) -> dict:
         if isinstance(m, nn.Linear):
             torch.nn.init.zeros_(m.bias)
             m.weight.data.copy_(0.01 * m.weight.data)
-    epoch_steps = EVAL_EVERY_STEPS
+    epoch_steps = min(EVAL_EVERY_STEPS, steps)
     epochs = math.ceil(steps / epoch_steps)
     optim = AdamOptimizerFactory(lr=lr)
     optim.with_lr_scheduler_factory(
@@ -211,10 +217,10 @@ def peer_tianshou(env_id: str, algo: str, seed: int, steps: int) -> dict:
     start = time.perf_counter()
     result = algorithm.run_training(
         OnPolicyTrainerParams(
-            train_collector=train_collector, test_collector=test_collector, max_epochs=epochs,
+            training_collector=train_collector, test_collector=test_collector, max_epochs=epochs,
             epoch_num_steps=epoch_steps, update_step_num_repetitions=10 if ppo else 1,
             test_step_num_episodes=EVAL_EPISODES, batch_size=64 if ppo else None,
-            collection_step_num_env_steps=per_collect, test_in_train=False,
+            collection_step_num_env_steps=per_collect, test_in_training=False, verbose=False, show_progress=False,
         )
     )
     wall = time.perf_counter() - start

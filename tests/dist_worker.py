@@ -1,6 +1,8 @@
 """A torchrun worker for tests/test_distributed.py (also runs as a single process).
 
-    python tests/dist_worker.py MODE TOTAL_ENVS OUT      (MODE: ppo, npg, recurrent_ppo, mismatch, die)
+    python tests/dist_worker.py MODE TOTAL_ENVS OUT
+        (MODE: ppo, npg, recurrent_ppo, rsl_rl_groups, ppo_kl_stop, mismatch, mismatch_env_kwargs, die,
+        running_stats)
 """
 
 from __future__ import annotations
@@ -59,6 +61,38 @@ class IndexedWalker(Env):
         )
 
 
+class IndexedWalkerVecEnv:
+    """:class:`IndexedWalker` as an rsl_rl VecEnv (TensorDict groups): ``policy`` holds the
+    position and target, ``critic`` adds the steps left, which only the critic reads;
+    ``extras["log"]`` reports the mean position, and ``time_outs`` the truncations. One
+    continuous action per sub-env: its step, clamped to [-1, 1]."""
+
+    def __init__(self, num_envs: int, device: Any) -> None:
+        self.walker = IndexedWalker(num_envs, device=device)
+        self.num_envs, self.num_actions, self.device = num_envs, 1, torch.device(device)
+        self.max_episode_length = 6
+
+    def _groups(self) -> TensorDict:
+        w = self.walker
+        left = (w.length - w.t).float().unsqueeze(-1)
+        return TensorDict({"policy": w._obs(), "critic": torch.cat([w._obs(), left], -1)}, batch_size=[self.num_envs])
+
+    def get_observations(self) -> TensorDict:
+        return self._groups()
+
+    def reset(self) -> tuple[TensorDict, dict]:
+        self.walker.reset()
+        return self._groups(), {}
+
+    def step(self, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor, torch.Tensor, dict]:
+        # Continuous moves (the walker maps a in [0, 1] to a step of 2a - 1): a sign test
+        # would let float rounding, which differs between 1 and 2 ranks, flip an action.
+        out = self.walker.step((actions.squeeze(-1).clamp(-1, 1) + 1) / 2)
+        dones = (out["terminated"] | out["truncated"]).squeeze(-1)
+        extras = {"time_outs": out["truncated"].squeeze(-1), "log": {"/position": self.walker.pos.mean()}}
+        return self._groups(), out["rewards"].squeeze(-1), dones, extras
+
+
 def main() -> None:
     mode, total, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rdist.init_from_env(device_type="cpu")
@@ -87,6 +121,11 @@ def main() -> None:
         elif mode == "ppo_kl_stop":  # whole-buffer minibatches: the same data on 1 and 2 ranks
             config = AlgorithmConfig(**common, num_sgd_iters=8, shuffle_minibatches=False, optimizer_config={"lr": 3e-2},
                                      target_kl_div=2e-3)
+        elif mode == "rsl_rl_groups":  # the rsl_rl adapter, with a critic reading privileged state
+            # An entropy bonus gives the log-std a true gradient: with deterministic actions its
+            # policy gradient is exactly 0, and Adam would scale rounding noise to a full step.
+            config = AlgorithmConfig(**common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2},
+                                     entropy_coeff=0.01, obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]})
         elif mode == "npg":
             config = NPGConfig(**common, fvp_subsample=1.0, line_search=True, optim_critic_iters=2)
         elif mode == "mismatch":
@@ -94,6 +133,10 @@ def main() -> None:
         else:  # die, mismatch_env_kwargs
             config = AlgorithmConfig(**common)
         env_cls = IndexedWalker
+        if mode == "rsl_rl_groups":
+            from rlx.envs import RslRlVecEnv
+
+            env_cls = RslRlVecEnv.factory(IndexedWalkerVecEnv)
         if mode == "mismatch_env_kwargs":  # the same env class, bound to other arguments
             from rlx.run_config import env_factory
 
@@ -107,8 +150,8 @@ def main() -> None:
                 algo.step()
             return
         for _ in range(2):
-            algo.collect(deterministic=True)
-            stats = algo.step()
+            stats = algo.collect(deterministic=True)
+            stats.update(algo.step())
     except ValueError as e:
         with open(f"{out}.rank{rank}", "w") as f:
             f.write(str(e))

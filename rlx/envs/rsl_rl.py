@@ -23,8 +23,11 @@ tensor in 2.x) gets the exact ``V(final_obs)``; a final observation is read only
 is given.
 
 Scalars in ``extras["log"]`` (rsl_rl's episode logging) and ``extras["episode"]`` appear
-in ``collect()``'s statistics as ``env/<name>``: means over the steps of the collect
-that reported them, accumulated on the device.
+in ``collect()``'s statistics as ``env/<name>`` (leading and trailing slashes dropped:
+rsl_rl's ``/episode_reward`` is ``env/episode_reward``, Isaac Lab's
+``Episode_Reward/track_lin_vel_xy_exp`` keeps its section): means over the steps of the
+collect that reported them, accumulated on the device; under torch.distributed, means
+over the ranks.
 """
 
 from __future__ import annotations
@@ -136,7 +139,7 @@ class RslRlVecEnv(Env):
             for name, value in (extras.get(section) or {}).items():
                 if isinstance(value, (Tensor, int, float)):
                     value = torch.as_tensor(value, dtype=torch.float32, device=self.device).mean()
-                    key = name.replace("/", "_")
+                    key = name.strip("/")  # rsl_rl's "/episode_reward", Isaac Lab's "Episode_Reward/x"
                     self._log_sums[key] = self._log_sums.get(key, 0.0) + value
                     self._log_counts[key] = self._log_counts.get(key, 0) + 1
 

@@ -89,7 +89,7 @@ def test_transitions_match_the_scripted_vecenv(form: int, final_obs: bool) -> No
                 assert buf.get("final_obs")["critic"][b, t, 0].item() == critic_expected
     # The critic group carries what only it has (the episode count) into the buffer.
     assert buf.get("obs")["critic"][:, T, 2].sum() > 0
-    assert stats["env/_episode_reward"] > 0 and stats["env/constant"] == 2.0  # extras["log"], means
+    assert stats["env/episode_reward"] > 0 and stats["env/constant"] == 2.0  # extras["log"], means
 
 
 def test_a_vecenv_with_the_wrong_size_or_interface_is_refused() -> None:
