@@ -166,6 +166,7 @@ def peer_tianshou(env_id: str, algo: str, seed: int, steps: int) -> dict:
     env = gym.make(env_id)
     train_envs = VectorEnvNormObs(DummyVectorEnv([lambda: gym.make(env_id) for _ in range(num_train)]))
     test_envs = VectorEnvNormObs(DummyVectorEnv([lambda: gym.make(env_id) for _ in range(EVAL_EPISODES)]), update_obs_rms=False)
+    test_envs.set_obs_rms(train_envs.get_obs_rms())  # one shared object: tests see the training statistics
     train_envs.seed(seed)
     test_envs.seed(seed)
     state_shape, action_shape = env.observation_space.shape, env.action_space.shape

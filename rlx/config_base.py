@@ -36,7 +36,8 @@ class CommonConfig:
     #: **model_config)`` (see :mod:`rlx.models`); default :class:`~rlx.models.MLPActorCritic`.
     model_cls: type[nn.Module] | None = None
     #: Keyword arguments for the model class; the default model takes ``hiddens``
-    #: (default ``[256, 256]``), ``activation_fn`` (default ``"relu"``) and ``log_std_init``.
+    #: (default ``[256, 256]``), ``critic_hiddens`` (default: as ``hiddens``),
+    #: ``activation_fn`` (default ``"relu"``) and ``log_std_init``.
     model_config: dict[str, Any] | None = None
     #: Action distribution class; inferred from the action spec when ``None``
     #: (Categorical, MultiCategorical, or Normal with clipping; pass

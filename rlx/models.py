@@ -89,10 +89,10 @@ def _activation(name: str) -> type[nn.Module]:
     return ACTIVATIONS[name]
 
 
-def _widths(hiddens: Sequence[int], *, allow_empty: bool) -> list[int]:
+def _widths(hiddens: Sequence[int], *, allow_empty: bool, name: str = "hiddens") -> list[int]:
     widths = list(hiddens)
     if (not widths and not allow_empty) or any(not isinstance(h, int) or isinstance(h, bool) or h <= 0 for h in widths):
-        raise ValueError(f"model_config.hiddens must be positive ints, got {widths}")
+        raise ValueError(f"model_config.{name} must be positive ints, got {widths}")
     return widths
 
 
@@ -137,11 +137,14 @@ class MLPActorCritic(nn.Module):
         num_params: ``(S, I)`` from the distribution's ``param_layout``: the actor head
             outputs ``S`` values; ``I`` state-independent parameters (a Gaussian's
             log-std) are free parameters initialised to ``log_std_init``.
-        hiddens: Hidden layer widths of each MLP.
+        hiddens: Hidden layer widths of the actor MLP (and of the critic's when
+            ``critic_hiddens`` is not given).
         activation_fn: One of :data:`ACTIVATIONS`.
         log_std_init: Initial value of the state-independent parameters.
         obs_groups: ``{"actor": [keys], "critic": [keys]}``: the top-level keys of a
             Composite observation each MLP reads (a missing group reads every key).
+        critic_hiddens: Hidden layer widths of the critic MLP, when it should differ from
+            the actor's (a small deployed actor with a larger critic, as robot setups use).
     """
 
     def __init__(
@@ -155,17 +158,19 @@ class MLPActorCritic(nn.Module):
         activation_fn: str = "relu",
         log_std_init: float = 0.0,
         obs_groups: dict[str, list[str]] | None = None,
+        critic_hiddens: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         activation = _activation(activation_fn)
         hiddens = _widths(hiddens, allow_empty=False)
+        critic_widths = hiddens if critic_hiddens is None else _widths(critic_hiddens, allow_empty=False, name="critic_hiddens")
         self.observation_spec = observation_spec
         groups = obs_groups or {}
         self.actor_spec = group_spec(observation_spec, groups.get("actor"))
         self.critic_spec = group_spec(observation_spec, groups.get("critic"))
         num_dependent, num_independent = num_params
         self.actor = _mlp([obs_feature_size(self.actor_spec), *hiddens, num_dependent], activation, out_gain=0.01, head=True)
-        self.critic = _mlp([obs_feature_size(self.critic_spec), *hiddens, 1], activation, out_gain=1.0, head=True)
+        self.critic = _mlp([obs_feature_size(self.critic_spec), *critic_widths, 1], activation, out_gain=1.0, head=True)
         self.log_std = (
             nn.Parameter(torch.full((num_independent,), float(log_std_init))) if num_independent else None
         )

@@ -8,6 +8,7 @@ from torch import nn
 from torchrl.data import Bounded, Categorical, Composite, Unbounded
 
 from rlx import AlgorithmConfig, EnvOutputError
+from rlx.envs import CartPole
 from torch.testing import assert_close
 
 from rlx.models import MLPActorCritic, RecurrentActorCritic, flatten_obs, obs_feature_size
@@ -20,6 +21,19 @@ def test_default_model_uses_hiddens_and_activation_from_model_config() -> None:
     assert any(isinstance(m, nn.Tanh) for m in model.critic)
     params, values = model(torch.randn(5, 4))
     assert params.shape == (5, 2) and values.shape == (5, 1)
+
+
+def test_the_critic_can_be_wider_than_the_actor() -> None:
+    model = MLPActorCritic(Unbounded(shape=(4,)), Categorical(2), num_params=(2, 0), hiddens=[16], critic_hiddens=[64, 64])
+    widths = lambda mlp: [(l.in_features, l.out_features) for l in mlp if isinstance(l, nn.Linear)]  # noqa: E731
+    assert widths(model.actor) == [(4, 16), (16, 2)]
+    assert widths(model.critic) == [(4, 64), (64, 64), (64, 1)]
+    params, values = model(torch.randn(3, 4))
+    assert params.shape == (3, 2) and values.shape == (3, 1)
+    with pytest.raises(ValueError, match="model_config.critic_hiddens"):
+        MLPActorCritic(Unbounded(shape=(4,)), Categorical(2), num_params=(2, 0), critic_hiddens=[])
+    algo = AlgorithmConfig(num_envs=4, horizon=8, device="cpu", model_config={"hiddens": [8], "critic_hiddens": [32]})
+    assert widths(algo.build(CartPole).policy.model.critic) == [(4, 32), (32, 1)]
 
 
 def test_default_model_defaults_to_two_256_relu_layers() -> None:
