@@ -287,6 +287,35 @@ def run_peer(lib: str, env: str, algo: str, seed: int, steps: int, python: str) 
     return result
 
 
+# -- sync or async gymnasium vectorization ---------------------------------------------
+
+
+def measure_vectorization(env: str, sizes: list[int], repeats: int = 3, steps: int = 300) -> list[dict]:
+    """Env steps per second of ``GymnasiumEnv`` (random actions, one torch thread) with
+    gymnasium's sync and async vector envs, alternated, median of ``repeats``."""
+    import torch
+
+    from rlx.envs import GymnasiumEnv
+
+    torch.set_num_threads(1)
+    rates: dict[tuple[str, int], list[float]] = {}
+    for _ in range(repeats):
+        for mode in ("sync", "async"):
+            for B in sizes:
+                vec = GymnasiumEnv.factory(ENVS[env], vectorization=mode)(B, None, device="cpu")
+                vec.reset()
+                actions = torch.zeros(B, *vec.action_spec.shape)
+                for _ in range(20):
+                    vec.step(actions)
+                start = time.perf_counter()
+                for _ in range(steps):
+                    vec.step(actions.uniform_(-1, 1))
+                rates.setdefault((mode, B), []).append(steps * B / (time.perf_counter() - start))
+                vec.close()
+    return [{"env": env, "vectorization": mode, "num_envs": B, "steps_per_s": statistics.median(r), "repeats": repeats}
+            for (mode, B), r in rates.items()]
+
+
 # -- records and the table ------------------------------------------------------------
 
 
@@ -361,6 +390,8 @@ def main() -> None:
     parser.add_argument("--table-only", action="store_true", help="rewrite the table from the results file")
     parser.add_argument("--run-root", default=str(ROOT / "runs" / "mujoco"))
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--vectorization", action="store_true",
+                        help="only measure sync vs async gymnasium vector envs on --envs (B = 8, 16)")
     parser.add_argument("--peer-run", choices=list(PEERS), help=argparse.SUPPRESS)
     parser.add_argument("--peer-out", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -371,6 +402,14 @@ def main() -> None:
         return
 
     out = Path(args.out)
+    if args.vectorization:
+        with open(out.with_name("mujoco_vectorization.jsonl"), "a") as f:
+            for env in args.envs:
+                for row in measure_vectorization(env, [8, 16]):
+                    row.update(commit=commit(), machine=machine(), finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                    f.write(json.dumps(row) + "\n")
+                    print(f"{env} {row['vectorization']:5s} B={row['num_envs']:2d}: {row['steps_per_s']:,.0f} env steps/s")
+        return
     if args.table_only:
         write_table(load(out), out.with_suffix(".md"))
         print(table(load(out)))
