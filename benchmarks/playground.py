@@ -33,9 +33,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, this file's folder leads sys.path, where benchmarks/mujoco.py would
-# shadow the `mujoco` package Playground imports.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 RESULTS = ROOT / "benchmarks" / "results" / "playground.jsonl"
 TASK = "CartpoleBalance"
 EPISODE = 1000

@@ -1,6 +1,10 @@
 """MuJoCo locomotion at 1M env steps: rlx's PPO, NPG, TRPO (and A2C) against tianshou's table.
 
-    python benchmarks/mujoco.py --envs halfcheetah hopper --algos ppo npg trpo --seeds 0 1 2
+(Not named ``mujoco.py``: run as a script, a file's folder leads ``sys.path``, and a
+``benchmarks/mujoco.py`` would shadow the ``mujoco`` package for every script here,
+torchrl's import of it included.)
+
+    python benchmarks/locomotion.py --envs halfcheetah hopper --algos ppo npg trpo --seeds 0 1 2
         [--steps 1000000] [--libs rlx tianshou sb3] [--jobs 1] [--skip-done] [--table-only]
 
 Each run is a fresh process with one torch thread, training the shipped config
@@ -42,9 +46,6 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-# Run as a script, this file's folder leads sys.path, and this file would shadow the
-# `mujoco` package gymnasium imports.
-sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != Path(__file__).resolve().parent]
 RESULTS = ROOT / "benchmarks" / "results" / "mujoco.jsonl"
 TABLE = ROOT / "benchmarks" / "results" / "mujoco.md"
 ENVS = {
@@ -127,7 +128,7 @@ def run_rlx(env: str, algo: str, seed: int, steps: int, run_root: Path) -> dict:
     }
 
 
-# -- peers (each in its own process: python benchmarks/mujoco.py --peer-run LIB ...) -----
+# -- peers (each in its own process: python benchmarks/locomotion.py --peer-run LIB ...) -----
 
 
 def _seed_everything(seed: int) -> None:
@@ -367,12 +368,14 @@ def table(rows: list[dict]) -> str:
 def write_table(rows: list[dict], path: Path = TABLE) -> None:
     header = (
         "# MuJoCo locomotion (gymnasium v5)\n\n"
-        "Written by `python benchmarks/mujoco.py` from `mujoco.jsonl`. \"max eval\" is tianshou's metric: "
+        f"Written by `python benchmarks/locomotion.py` from `{path.with_suffix('.jsonl').name}`. "
+        "\"max eval\" is tianshou's metric: "
         "the max over evaluations (every ~30k env steps) of the mean deterministic return of 10 test "
         "episodes, then mean ± std over seeds; \"final eval\" is the last evaluation. tianshou's "
         "published figures are from its examples/mujoco README (v3 envs, 10 seeds). Wall-clock: one "
         "process with one torch thread per run, evaluations included, on "
-        f"{machine()}.\n\n"
+        f"{machine()}. tianshou rows use its own test (its example's stochastic policy); rlx and SB3 rows "
+        "a deterministic one.\n\n"
     )
     path.write_text(header + table(rows))
 
