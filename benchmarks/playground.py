@@ -172,6 +172,7 @@ def main() -> None:
     parser.add_argument("--libs", nargs="+", choices=list(RUNNERS), default=list(RUNNERS))
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads in each run")
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--table-only", action="store_true", help="rewrite the markdown table from --out")
     parser.add_argument("--one", nargs=2, metavar=("LIB", "SEED"), help=argparse.SUPPRESS)
     args = parser.parse_args()
 
@@ -184,6 +185,9 @@ def main() -> None:
         return
 
     out = Path(args.out)
+    if args.table_only:
+        write_table(out)
+        return
     rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     for seed in args.seeds:
         for lib in args.libs:  # one after the other, alternating, each a fresh process
@@ -201,8 +205,21 @@ def main() -> None:
             with open(out, "a") as f:
                 f.write(json.dumps(record) + "\n")
             print(f"{lib} seed {seed}: {record['train_s']:.1f} s, return {record['eval_return']:.1f}", flush=True)
+    write_table(out)
+
+
+def write_table(out: Path) -> None:
+    """Print the table of every run in ``out`` and write it next to it as markdown."""
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()] if out.exists() else []
-    print(table(rows))
+    text = table(rows)
+    print(text)
+    out.with_suffix(".md").write_text(
+        f"# MuJoCo Playground {TASK}: rlx against rsl_rl\n\nWritten by `python benchmarks/playground.py` from "
+        f"`{out.name}` (see its docstring for the settings, identical for both). Each run is a fresh process with "
+        "one torch thread; the libraries alternate, seed by seed. Wall-clock is the training loop only; the JIT "
+        "compile of the wrapper is paid by both and shown apart. Returns: 64 deterministic 1000-step episodes "
+        "(at most 1000).\n\n" + text + "\n"
+    )
 
 
 if __name__ == "__main__":

@@ -135,17 +135,25 @@ class RslRlVecEnv(Env):
         )
 
     def _accumulate_logs(self, extras: dict[str, Any]) -> None:
+        # Tensors are summed on the device; plain numbers (wrappers that call .item()
+        # themselves, like Playground's) on the host, with no tensor op per step.
         for section in ("log", "episode"):
             for name, value in (extras.get(section) or {}).items():
-                if isinstance(value, (Tensor, int, float)):
-                    value = torch.as_tensor(value, dtype=torch.float32, device=self.device).mean()
-                    key = name.strip("/")  # rsl_rl's "/episode_reward", Isaac Lab's "Episode_Reward/x"
-                    self._log_sums[key] = self._log_sums.get(key, 0.0) + value
-                    self._log_counts[key] = self._log_counts.get(key, 0) + 1
+                if not isinstance(value, (Tensor, int, float)):  # a bool counts: a success rate
+                    continue
+                if isinstance(value, Tensor):
+                    value = value.detach().float().mean()
+                key = name.strip("/")  # rsl_rl's "/episode_reward", Isaac Lab's "Episode_Reward/x"
+                self._log_sums[key] = self._log_sums.get(key, 0.0) + value
+                self._log_counts[key] = self._log_counts.get(key, 0) + 1
 
     def pop_log_stats(self) -> dict[str, Tensor]:
-        """Means of the logged scalars since the last call (``[]`` tensors), then forget them."""
-        out = {k: self._log_sums[k] / self._log_counts[k] for k in self._log_sums}
+        """Means of the logged scalars since the last call (``[]`` float32 tensors on the
+        device), then forget them."""
+        out = {
+            k: torch.as_tensor(self._log_sums[k] / self._log_counts[k], dtype=torch.float32, device=self.device)
+            for k in self._log_sums
+        }
         self._log_sums, self._log_counts = {}, {}
         return out
 
