@@ -156,7 +156,9 @@ def test_resume_works_with_a_different_number_of_ranks(tmp_path) -> None:
 
 
 @pytest.mark.slow
-def test_sigterm_under_torchrun_stops_every_rank_at_one_iteration_and_rank_zero_writes(tmp_path) -> None:
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGINT"])
+def test_a_signal_under_torchrun_stops_every_rank_at_one_iteration_and_rank_zero_writes(tmp_path, signame: str) -> None:
+    """SIGTERM (a cluster's preemption) or SIGINT (Ctrl-C in a terminal) to the whole job."""
     import json
     import signal
 
@@ -177,12 +179,12 @@ def test_sigterm_under_torchrun_stops_every_rank_at_one_iteration_and_rank_zero_
         while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
             assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "timeout"
             time.sleep(0.05)
-        os.killpg(proc.pid, signal.SIGTERM)
+        os.killpg(proc.pid, getattr(signal, signame))
         out, err = proc.communicate(timeout=90)
     finally:
         if proc.poll() is None:
             os.killpg(proc.pid, signal.SIGKILL)
-    assert "stopped: received SIGTERM" in out or "stopped: another rank received SIGTERM" in out, out + err[-3000:]
+    assert f"stopped: received {signame}" in out or f"stopped: another rank received {signame}" in out, out + err[-3000:]
     lines = [json.loads(line) for line in metrics.read_text().splitlines()]
     state = load_checkpoint(latest_checkpoint(run_dir))  # rank 0's, at the iteration every rank stopped
     assert state["trainer"]["iteration"] == lines[-1]["iteration"] == len(lines)
