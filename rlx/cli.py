@@ -98,9 +98,23 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from rlx.plotting import plot_run
+    from rlx.plotting import plot_run, plot_seeds
 
-    out = plot_run(args.run_dir, args.out)
+    if len(args.run_dir) == 1:
+        out = plot_run(args.run_dir[0], args.out)
+        print(f"wrote {out}")
+        return 0
+    out_path = args.out or Path(args.run_dir[0]).resolve().parent / "seeds.png"
+    out, s = plot_seeds(args.run_dir, out_path, args.metric, args.threshold)
+    print(f"{s['seeds']} seeds, {s['metric']} (IQM [95% bootstrap CI]):")
+    print(f"  final: {s['final_iqm']:.2f} [{s['final_ci'][0]:.2f}, {s['final_ci'][1]:.2f}]   per seed: "
+          + ", ".join(f"{v:.1f}" for v in s["final"]))
+    print(f"  best:  {s['best_iqm']:.2f} [{s['best_ci'][0]:.2f}, {s['best_ci'][1]:.2f}]   per seed: "
+          + ", ".join(f"{v:.1f}" for v in s["best"]))
+    if "threshold" in s:
+        reached = sum(math.isfinite(v) for v in s["steps_to_threshold"])
+        print(f"  env steps to {s['threshold']:g}: {s['steps_iqm']:,.0f} [{s['steps_ci'][0]:,.0f}, "
+              f"{s['steps_ci'][1]:,.0f}]   reached by {reached} of {s['seeds']} seeds")
     print(f"wrote {out}")
     return 0
 
@@ -184,9 +198,19 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--device", default="cpu", help="device for the policy and env (default cpu)")
     ev.set_defaults(func=_cmd_eval)
 
-    plot = sub.add_parser("plot", help="draw learning curves (needs matplotlib)", description="Draw a run's learning curves.")
-    plot.add_argument("run_dir", metavar="RUN_DIR", help="a run directory with metrics.jsonl")
-    plot.add_argument("--out", help="PNG file to write (default RUN_DIR/curves.png)")
+    plot = sub.add_parser(
+        "plot", help="draw learning curves (needs matplotlib)",
+        description="Draw a run's learning curves; with several run directories (seeds of one setup), each seed "
+        "thinly and their interquartile mean with a 95%% bootstrap band, and print the IQM and interval of the "
+        "final and best values and of the env steps to reach the threshold.",
+    )
+    plot.add_argument("run_dir", metavar="RUN_DIR", nargs="+", help="run directories with metrics.jsonl")
+    plot.add_argument("--out", help="PNG file to write (default RUN_DIR/curves.png; seeds: the first RUN_DIR's "
+                      "parent/seeds.png)")
+    plot.add_argument("--metric", help="seeds: the metric to aggregate (default eval/return_mean when every run "
+                      "evaluated, else episodes/return_mean)")
+    plot.add_argument("--threshold", type=float, help="seeds: the value whose first crossing is timed (default "
+                      "the runs' trainer.stop_at for the metric)")
     plot.set_defaults(func=_cmd_plot)
 
     export = sub.add_parser("export", help="export the policy as TorchScript or ONNX",

@@ -7,7 +7,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-__all__ = ["plot_run", "read_metrics"]
+__all__ = ["plot_run", "plot_seeds", "read_metrics", "seed_summary"]
 
 LOSS_KEYS = ("losses/policy", "losses/vf", "losses/entropy", "monitors/kl_div")
 
@@ -106,3 +106,102 @@ def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:
     fig.suptitle(f"rlx run: {run_dir.resolve().name}  ({len(rows)} iterations)", fontsize=12)
     fig.savefig(out, dpi=100)
     return out
+
+
+def _metric_of(rows_per_run: list[list[dict[str, Any]]], metric: str | None) -> str:
+    if metric is not None:
+        return metric
+    has_eval = all(any(isinstance(r.get("eval/return_mean"), (int, float)) for r in rows) for rows in rows_per_run)
+    return "eval/return_mean" if has_eval else "episodes/return_mean"
+
+
+def _threshold_of(run_dir: Path, metric: str) -> float | None:
+    """``trainer.stop_at[metric]`` from the run's ``config.yaml``, when it has one."""
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        return None
+    import yaml
+
+    stop_at = ((yaml.safe_load(path.read_text()) or {}).get("trainer") or {}).get("stop_at") or {}
+    value = stop_at.get(metric, stop_at.get(metric.replace("eval/", "episodes/")))
+    return float(value) if isinstance(value, (int, float)) else None
+
+
+def seed_summary(
+    run_dirs: list[str | Path], metric: str | None = None, threshold: float | None = None
+) -> dict[str, Any]:
+    """IQM and 95% bootstrap interval over runs (seeds) of the final value of ``metric``
+    (default ``eval/return_mean`` when every run evaluated, else
+    ``episodes/return_mean``), of its best value, and of the env steps to reach
+    ``threshold`` (default: the runs' ``trainer.stop_at`` for that metric), ``inf`` for a
+    seed that never did."""
+    from rlx.seed_stats import bootstrap_ci, iqm, steps_to_reach
+
+    dirs = [Path(d) for d in run_dirs]
+    rows_per_run = [read_metrics(d) for d in dirs]
+    metric = _metric_of(rows_per_run, metric)
+    curves = [_series(rows, "env_steps", metric) for rows in rows_per_run]
+    for d, (xs, _) in zip(dirs, curves):
+        if not xs:
+            raise ValueError(f"{d / 'metrics.jsonl'} reports no finite {metric!r}")
+    finals = [ys[-1] for _, ys in curves]
+    bests = [max(ys) for _, ys in curves]
+    out: dict[str, Any] = {"metric": metric, "seeds": len(dirs), "final": finals, "best": bests,
+                           "final_iqm": iqm(finals), "final_ci": bootstrap_ci(finals),
+                           "best_iqm": iqm(bests), "best_ci": bootstrap_ci(bests)}
+    threshold = threshold if threshold is not None else _threshold_of(dirs[0], metric)
+    if threshold is not None:
+        steps = [steps_to_reach(xs, ys, threshold) for xs, ys in curves]
+        out.update(threshold=threshold, steps_to_threshold=steps, steps_iqm=iqm(steps), steps_ci=bootstrap_ci(steps))
+    return out
+
+
+def plot_seeds(
+    run_dirs: list[str | Path], out: str | Path, metric: str | None = None, threshold: float | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """Draw several runs of one setup (seeds): each seed's curve of ``metric`` against env
+    steps, thin, and their interquartile mean with a 95% bootstrap band over seeds, into a
+    PNG. Returns the path and :func:`seed_summary`'s statistics.
+
+    Raises:
+        ImportError: matplotlib is not installed.
+    """
+    try:
+        from matplotlib.figure import Figure
+    except ImportError as e:
+        raise ImportError("rlx plot needs matplotlib: pip install 'rlx[plot]'") from e
+    import numpy as np
+
+    from rlx.seed_stats import align, bootstrap_ci, iqm
+
+    summary = seed_summary(run_dirs, metric, threshold)
+    metric = summary["metric"]
+    dirs = [Path(d) for d in run_dirs]
+    curves = [_series(read_metrics(d), "env_steps", metric) for d in dirs]
+    grid, values = align(curves)
+    centre = np.full(len(grid), np.nan)
+    low, high = centre.copy(), centre.copy()
+    for j in range(len(grid)):
+        column = values[:, j]
+        if np.isnan(column).any():
+            continue
+        centre[j] = iqm(column)
+        low[j], high[j] = bootstrap_ci(column, resamples=1000)
+    fig = Figure(figsize=(9, 5.5), layout="constrained")
+    ax = fig.add_subplot()
+    for d, (xs, ys) in zip(dirs, curves):
+        ax.plot(xs, ys, linewidth=0.7, alpha=0.45, label=d.name if len(dirs) <= 10 else None)
+    ax.fill_between(grid, low, high, color="black", alpha=0.15, linewidth=0, label="95% bootstrap CI of the IQM")
+    ax.plot(grid, centre, color="black", linewidth=2.0, label="IQM over seeds")
+    if "threshold" in summary:
+        ax.axhline(summary["threshold"], color="tab:red", linestyle="--", linewidth=1.0, label="threshold")
+    ax.set_xlabel("env steps")
+    ax.set_ylabel(metric)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, loc="best")
+    ax.set_title(f"{len(dirs)} seeds: final {metric} IQM {summary['final_iqm']:.1f} "
+                 f"[{summary['final_ci'][0]:.1f}, {summary['final_ci'][1]:.1f}]", fontsize=10)
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(out, dpi=100)
+    return out, summary
