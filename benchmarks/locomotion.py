@@ -18,9 +18,15 @@ Each run is a fresh process with one torch thread, training the shipped config
   16 envs, 1024 steps per collect, 20 critic iterations at LR 1e-3, actor step 0.1 /
   max KL 0.01; PPO: 8 envs, 2048 steps per collect, 10 epochs of 64, LR 3e-4, vf 0.25),
   tested on 10 episodes every 30k steps, as its trainer does;
-* ``sb3`` (``pip install stable-baselines3``): Stable-Baselines3's PPO with its defaults
-  (which are the same recipe: 2048 steps, 10 epochs of 64, LR 3e-4, 64x64 tanh) on one
-  env behind ``VecNormalize``, evaluated the same way.
+* ``sb3`` (``pip install stable-baselines3``): Stable-Baselines3's PPO with its own
+  defaults (2048 steps, 10 epochs of 64, LR 3e-4, 64x64 tanh as tianshou; but vf 0.5,
+  log-std 0, no LR decay, normalized advantages) on one env behind ``VecNormalize``,
+  evaluated deterministically every 30k steps on 10 episodes.
+
+Both peers decay their LR to 0 over the ``--steps`` budget, as rlx's configs do.
+tianshou's published figures come from 3M-step runs (100 epochs of 30k) read at 1M,
+whose LR had decayed by a third there. Wall-clock: rlx's is its process's (imports and
+start-up included); the peers' count their training call only.
 
 Every finished run is appended to ``benchmarks/results/mujoco.jsonl`` (library, env,
 algorithm, seed, env steps, wall-clock, the max over evaluations of the mean return, the
@@ -280,12 +286,13 @@ def run_peer(lib: str, env: str, algo: str, seed: int, steps: int, python: str) 
         out = Path(f.name)
     cmd = [python, __file__, "--peer-run", lib, "--envs", env, "--algos", algo, "--seeds", str(seed),
            "--steps", str(steps), "--peer-out", str(out)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
-    result = json.loads(out.read_text())
-    out.unlink()
-    return result
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+        if proc.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-4000:]}")
+        return json.loads(out.read_text())
+    finally:
+        out.unlink(missing_ok=True)
 
 
 # -- sync or async gymnasium vectorization ---------------------------------------------
@@ -342,11 +349,18 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {std:.1f}"
 
 
+def latest(rows: list[dict]) -> list[dict]:
+    """One record per (lib, env, algo, seed, steps): the latest, so a rerun replaces a run
+    instead of counting its seed twice."""
+    by_key = {(r["lib"], r["env"], r["algo"], r["seed"], r["steps"]): r for r in rows}
+    return list(by_key.values())
+
+
 def table(rows: list[dict]) -> str:
-    """Markdown: per (env, algo, lib, steps), tianshou's metric over seeds, the final
-    evaluation, the mean wall-clock, and tianshou's published figure."""
+    """Markdown: per (env, algo, lib, steps), tianshou's metric over seeds (the latest run
+    of each), the final evaluation, the mean wall-clock, and tianshou's published figure."""
     groups: dict[tuple, list[dict]] = {}
-    for r in rows:
+    for r in latest(rows):
         groups.setdefault((r["env"], r["algo"], r["lib"], r["steps"]), []).append(r)
     order = {e: i for i, e in enumerate(ENVS)}
     lines = [
@@ -371,7 +385,7 @@ def write_table(rows: list[dict], path: Path = TABLE) -> None:
         f"Written by `python benchmarks/locomotion.py` from `{path.with_suffix('.jsonl').name}`. "
         "\"max eval\" is tianshou's metric: "
         "the max over evaluations (every ~30k env steps) of the mean deterministic return of 10 test "
-        "episodes, then mean ± std over seeds; \"final eval\" is the last evaluation. tianshou's "
+        "episodes, then mean ± sample std (n - 1) over seeds; \"final eval\" is the last evaluation. tianshou's "
         "published figures are from its examples/mujoco README (v3 envs, 10 seeds). Wall-clock: one "
         "process with one torch thread per run, evaluations included, on "
         f"{machine()}. tianshou rows use its own test (its example's stochastic policy); rlx and SB3 rows "
@@ -453,8 +467,8 @@ def main() -> None:
         for future in [pool.submit(one, job) for job in jobs]:
             try:
                 future.result()
-            except RuntimeError as e:
-                print(f"FAILED: {e}", flush=True)
+            except Exception as e:  # one failed run must not end the others
+                print(f"FAILED: {type(e).__name__}: {e}", flush=True)
     print(table(load(out)))
 
 

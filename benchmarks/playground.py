@@ -149,10 +149,10 @@ RUNNERS = {"rlx": run_rlx, "rsl_rl": run_rsl_rl}
 def table(rows: list[dict]) -> str:
     groups: dict[tuple, list[dict]] = {}
     for r in rows:
-        groups.setdefault((r["lib"], r["num_envs"], r["horizon"], r["iterations"]), []).append(r)
+        groups.setdefault((r["lib"], r["num_envs"], r["horizon"], r["iterations"], r["threads"]), []).append(r)
     lines = ["| library | envs x steps | iterations | env steps | seeds | train wall-clock (median s) | env steps/s "
              "| deterministic return (median; per seed) | JIT (median s) |", "|---|---|---|---|---|---|---|---|---|"]
-    for (lib, b, t, it), group in sorted(groups.items()):
+    for (lib, b, t, it, _), group in sorted(groups.items()):
         wall = statistics.median(r["train_s"] for r in group)
         per_seed = ", ".join(f"{r['eval_return']:.0f}" for r in group)
         lines.append(

@@ -106,7 +106,8 @@ def _cmd_plot(args: argparse.Namespace) -> int:
         return 0
     out_path = args.out or Path(args.run_dir[0]).resolve().parent / "seeds.png"
     out, s = plot_seeds(args.run_dir, out_path, args.metric, args.threshold)
-    print(f"{s['seeds']} seeds, {s['metric']} (IQM [95% bootstrap CI]):")
+    print(f"{s['seeds']} seeds, {s['metric']} (IQM [95% bootstrap CI]" + (", n/a for 1 seed" if s["seeds"] < 2 else "")
+          + "):")
     print(f"  final: {s['final_iqm']:.2f} [{s['final_ci'][0]:.2f}, {s['final_ci'][1]:.2f}]   per seed: "
           + ", ".join(f"{v:.1f}" for v in s["final"]))
     print(f"  best:  {s['best_iqm']:.2f} [{s['best_ci'][0]:.2f}, {s['best_ci'][1]:.2f}]   per seed: "

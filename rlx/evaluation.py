@@ -17,13 +17,13 @@ __all__ = ["evaluate_policy"]
 def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: int, deterministic: bool = True) -> dict[str, float]:
     """Run the policy on ``env`` until ``episodes`` episodes have ended, in all sub-envs.
 
-    Each sub-env contributes at most ``ceil(episodes / B)`` episodes, its first ones:
+    Sub-env ``i`` contributes its first ``(episodes + i) // B`` episodes, so exactly
+    ``episodes`` are counted and which ones does not depend on how fast they end:
     counting whichever episodes end first would favour short ones (on a task where
     falling ends an episode, the failures), biasing the mean down. With ``episodes ==
-    B`` every sub-env plays exactly one episode. Episodes still running when enough
-    have been counted are not counted, nor are those cut by ``max_steps``. Uses a fork
-    of torch's RNG, so training continues with the same random numbers whether or not
-    it evaluates.
+    B`` every sub-env plays exactly one episode. Episodes cut by ``max_steps`` are not
+    counted. Uses a fork of torch's RNG, so training continues with the same random
+    numbers whether or not it evaluates.
 
     Returns:
         ``eval/return_mean``, ``eval/length_mean`` (NaN when no episode ended) and
@@ -37,7 +37,8 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
         ret = torch.zeros(B, dtype=torch.float64, device=device)
         length = torch.zeros(B, dtype=torch.float64, device=device)
         totals = torch.zeros(3, dtype=torch.float64, device=device)  # count, return sum, length sum
-        quota = -(-episodes // B)  # episodes each sub-env may contribute
+        # Sub-env i's share of the episodes (Stable-Baselines3's split): they sum to `episodes`.
+        quota = torch.div(torch.arange(B, device=device) + episodes, B, rounding_mode="floor")
         counted = torch.zeros(B, dtype=torch.long, device=device)
         # Every sub-env starts from the policy's initial state (empty for a feedforward
         # policy) and restarts from it at each episode end.
@@ -64,7 +65,7 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
             obs = out.get(OBS)
             if t % 32 == 31:
                 with allowed_sync():
-                    if totals[0].item() >= episodes:  # SYNC: evaluation only, every 32 steps
+                    if bool((counted >= quota).all()):  # SYNC: evaluation only, every 32 steps
                         break
         with allowed_sync():
             count, return_sum, length_sum = totals.tolist()  # SYNC: evaluation result

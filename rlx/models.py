@@ -90,6 +90,8 @@ def _activation(name: str) -> type[nn.Module]:
 
 
 def _widths(hiddens: Sequence[int], *, allow_empty: bool, name: str = "hiddens") -> list[int]:
+    if not isinstance(hiddens, (list, tuple)):
+        raise ValueError(f"model_config.{name} must be a list of positive ints, got {hiddens!r}")
     widths = list(hiddens)
     if (not widths and not allow_empty) or any(not isinstance(h, int) or isinstance(h, bool) or h <= 0 for h in widths):
         raise ValueError(f"model_config.{name} must be positive ints, got {widths}")

@@ -24,9 +24,16 @@ def test_evaluation_averages_complete_episodes_and_leaves_training_rng_alone(scr
 def test_every_sub_env_counts_its_first_episodes_only_so_short_ones_do_not_crowd_out_long_ones(scripted_env) -> None:
     algo = AlgorithmConfig(**SMALL).build(scripted_env)
     env = scripted_env(5)  # sub-env i's episodes last i + 1 steps
-    for episodes, count in ((5, 5), (10, 10), (7, 10)):  # a quota of ceil(episodes / 5) per sub-env
+    for episodes in (5, 10):
         stats = evaluate_policy(algo.policy, env, episodes=episodes, max_steps=200)
-        assert stats["eval/episodes"] == count
+        assert stats["eval/episodes"] == episodes
         # Each length 1..5 counted equally often: counting whatever ended first would
         # have given dozens of 1-step episodes and a mean near 1.
         assert stats["eval/length_mean"] == 3.0
+    # 7 of 5 sub-envs: sub-env i plays (7 + i) // 5 episodes, [1, 1, 1, 2, 2], the slow
+    # ones included, whatever ends first.
+    stats = evaluate_policy(algo.policy, env, episodes=7, max_steps=200)
+    assert stats["eval/episodes"] == 7 and stats["eval/length_mean"] == (1 + 2 + 3 + 2 * 4 + 2 * 5) / 7
+    # 2 of 5: the two longest-running sub-envs' first episodes, not the two that end first.
+    stats = evaluate_policy(algo.policy, env, episodes=2, max_steps=200)
+    assert stats["eval/episodes"] == 2 and stats["eval/length_mean"] == 4.5

@@ -30,8 +30,9 @@ def test_the_critic_can_be_wider_than_the_actor() -> None:
     assert widths(model.critic) == [(4, 64), (64, 64), (64, 1)]
     params, values = model(torch.randn(3, 4))
     assert params.shape == (3, 2) and values.shape == (3, 1)
-    with pytest.raises(ValueError, match="model_config.critic_hiddens"):
-        MLPActorCritic(Unbounded(shape=(4,)), Categorical(2), num_params=(2, 0), critic_hiddens=[])
+    for bad in ([], 256):
+        with pytest.raises(ValueError, match="model_config.critic_hiddens"):
+            MLPActorCritic(Unbounded(shape=(4,)), Categorical(2), num_params=(2, 0), critic_hiddens=bad)
     algo = AlgorithmConfig(num_envs=4, horizon=8, device="cpu", model_config={"hiddens": [8], "critic_hiddens": [32]})
     assert widths(algo.build(CartPole).policy.model.critic) == [(4, 32), (32, 1)]
 

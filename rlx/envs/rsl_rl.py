@@ -32,6 +32,7 @@ over the ranks.
 
 from __future__ import annotations
 
+import numbers
 from collections.abc import Callable
 from typing import Any, ClassVar
 
@@ -135,25 +136,31 @@ class RslRlVecEnv(Env):
         )
 
     def _accumulate_logs(self, extras: dict[str, Any]) -> None:
-        # Tensors are summed on the device; plain numbers (wrappers that call .item()
-        # themselves, like Playground's) on the host, with no tensor op per step.
+        # Tensors on the env's device are summed there; plain numbers (wrappers that call
+        # .item() themselves, like Playground's) and host tensors on the host: no tensor
+        # op per logged name per step, and no host-to-device copy.
         for section in ("log", "episode"):
             for name, value in (extras.get(section) or {}).items():
-                if not isinstance(value, (Tensor, int, float)):  # a bool counts: a success rate
-                    continue
                 if isinstance(value, Tensor):
                     value = value.detach().float().mean()
+                    if value.device != self.device:
+                        value = value.item()  # a host tensor: no device sync
+                elif isinstance(value, numbers.Real):  # int, float, bool (a success rate), numpy scalars
+                    value = float(value)
+                else:
+                    continue
                 key = name.strip("/")  # rsl_rl's "/episode_reward", Isaac Lab's "Episode_Reward/x"
                 self._log_sums[key] = self._log_sums.get(key, 0.0) + value
                 self._log_counts[key] = self._log_counts.get(key, 0) + 1
 
     def pop_log_stats(self) -> dict[str, Tensor]:
         """Means of the logged scalars since the last call (``[]`` float32 tensors on the
-        device), then forget them."""
-        out = {
-            k: torch.as_tensor(self._log_sums[k] / self._log_counts[k], dtype=torch.float32, device=self.device)
-            for k in self._log_sums
-        }
+        device, in sorted key order so that every rank reduces them alike), then forget
+        them. A host number becomes a device tensor by a fill, not a copy: no sync."""
+        out = {}
+        for k in sorted(self._log_sums):
+            mean = self._log_sums[k] / self._log_counts[k]
+            out[k] = mean.float() if isinstance(mean, Tensor) else torch.full((), mean, dtype=torch.float32, device=self.device)
         self._log_sums, self._log_counts = {}, {}
         return out
 
