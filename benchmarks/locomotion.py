@@ -41,7 +41,6 @@ import argparse
 import json
 import math
 import os
-import platform
 import statistics
 import subprocess
 import sys
@@ -93,15 +92,9 @@ def commit() -> str:
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
+    from rlx.bench import cpu_name
+
+    return f"{cpu_name()}, {os.cpu_count()} cores"
 
 
 # -- rlx -------------------------------------------------------------------------------

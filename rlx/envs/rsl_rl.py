@@ -144,7 +144,7 @@ class RslRlVecEnv(Env):
                 if isinstance(value, Tensor):
                     value = value.detach().float().mean()
                     if value.device != self.device:
-                        value = value.item()  # a host tensor: no device sync
+                        value = value.item()  # SYNC: none, a host tensor's value (not the device's)
                 elif isinstance(value, numbers.Real):  # int, float, bool (a success rate), numpy scalars
                     value = float(value)
                 else:
