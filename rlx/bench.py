@@ -102,8 +102,12 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
         num_envs=num_envs, horizon=horizon, device=device, seed=0, enable_amp=amp,
         model_config={"hiddens": hiddens, "activation_fn": "tanh"}, gamma=0.99,
     )
-    if algo_name == "ppo":
-        config = AlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=min(num_envs * horizon, 32768),
+    if algo_name in ("ppo", "ppo_4mb"):
+        # ppo: minibatches of at most 32768 samples (256 optimizer steps an update at
+        # B=65536, T=32); ppo_4mb: four minibatches an epoch at any B, rsl_rl's default
+        # for thousands of GPU envs (num_mini_batches=4).
+        minibatch = min(num_envs * horizon, 32768) if algo_name == "ppo" else max(num_envs * horizon // 4, 1)
+        config = AlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=minibatch,
                                  cudagraphs=cudagraphs, compile=compile)
         epochs = config.num_sgd_iters
     elif algo_name == "recurrent_ppo":
@@ -145,7 +149,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     c, s = statistics.median(collect_s), statistics.median(step_s)
     return {
         "env": env_name, "algo": algo_name, "num_envs": num_envs, "horizon": horizon, "hiddens": hiddens, "amp": amp,
-        "cudagraphs": cudagraphs, "compile": compile and algo_name in ("ppo", "a2c"), "warmup": warmup,
+        "cudagraphs": cudagraphs, "compile": compile and algo_name in ("ppo", "ppo_4mb", "a2c"), "warmup": warmup,
         "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
         "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
         "collect_ms": 1e3 * c, "step_ms": 1e3 * s, "peak_memory_mb": _peak_memory_mb(dev),
@@ -159,7 +163,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-envs", type=int, nargs="+",
                         help="batch sizes B (default 64 1024 4096 16384, and 65536 on CUDA; 64 1024 with --quick)")
     parser.add_argument("--horizon", type=int, default=32, help="T, env steps per collect (default 32)")
-    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "npg", "recurrent_ppo", "a2c"],
+    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "ppo_4mb", "npg", "recurrent_ppo", "a2c"],
                         help="algorithms (default ppo npg)")
     parser.add_argument("--envs", nargs="+",
                         help="built-in env names (default CartPole Pendulum DiscreteDummyEnv; --quick: CartPole DiscreteDummyEnv)")
@@ -267,7 +271,8 @@ def run(args: argparse.Namespace) -> int:
             for b in sizes:
                 row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
                                 args.iters, args.warmup,
-                                args.cudagraphs and algo_name in ("ppo", "a2c"), args.compile and algo_name in ("ppo", "a2c"))
+                                args.cudagraphs and algo_name in ("ppo", "ppo_4mb", "a2c"),
+                                args.compile and algo_name in ("ppo", "ppo_4mb", "a2c"))
                 rows.append(row)
                 print(
                     f"{env_name:16s} {algo_name:4s} B={b:6d}  collect {row['collect_steps_per_s']:12,.0f}/s  "

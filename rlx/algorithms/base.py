@@ -159,17 +159,22 @@ class Algorithm(ABC):
         kwargs = dict(self.config.optimizer_kwargs)
         if self._lr_applied is not None:
             kwargs["lr"] = self._lr_applied
-        if self.uses_cuda_graphs:
-            # A graph-captured step: Adam keeps its step counts on the device.
-            return {**kwargs, "capturable": True}
         # Fused Adam is the fastest Adam on both devices: one kernel per parameter, where
         # the default foreach Adam runs a dozen small ops per tensor list. On CUDA it also
         # takes the GradScaler's found-inf flag on the device, so an AMP step never syncs.
-        if (
+        # In a CUDA graph it is also capturable (step counts on the device); the eager and
+        # graphed updates then run the same kernel, which matters to Adam: its first
+        # steps turn rounding-level gradients into lr-sized moves, so two Adam variants
+        # drift apart where one kernel would agree (measured on an H100, #21).
+        fuse = (
             self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
             and not {"fused", "foreach", "capturable", "differentiable"} & kwargs.keys()
-        ):
+        )
+        if fuse:
             kwargs["fused"] = True
+        if self.uses_cuda_graphs:
+            # A graph-captured step: the optimizer keeps its step counts on the device.
+            kwargs["capturable"] = True
         return kwargs
 
     def _set_lr(self, lr: float) -> None:
