@@ -7,8 +7,8 @@ forward and backward pass of a loss over ``batch`` samples per seed, three ways:
 
 * ``loop``: S separate ``MLPActorCritic`` modules called one after another (what S
   independent agents in one process cost without batching);
-* ``bmm``: weights stacked ``[S, in, out]``, each layer one ``torch.baddbmm`` over
-  ``[S, batch, in]`` inputs;
+* ``bmm``: :class:`rlx.seeds.StackedMLPActorCritic`, weights stacked ``[S, in, out]``,
+  each layer one ``torch.baddbmm`` over ``[S, batch, in]`` inputs;
 * ``vmap``: ``torch.func.stack_module_state`` of the S modules and
   ``torch.func.vmap(functional_call)``, which works for any functional model.
 
@@ -28,11 +28,11 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
 from torch.func import functional_call, stack_module_state, vmap
 from torchrl.data import Bounded, Unbounded
 
 from rlx.models import MLPActorCritic
+from rlx.seeds import StackedMLPActorCritic
 
 ROOT = Path(__file__).resolve().parent.parent
 OBS, ACT = 17, 6
@@ -45,39 +45,6 @@ def make_models(S: int, hiddens: list[int]) -> list[MLPActorCritic]:
         models.append(MLPActorCritic(Unbounded(shape=(OBS,)), Bounded(-1.0, 1.0, shape=(ACT,)), num_params=(ACT, ACT),
                                      hiddens=hiddens, activation_fn="tanh"))
     return models
-
-
-class StackedMLP(nn.Module):
-    """The S models' actor and critic MLPs with weights stacked per layer: ``[S, in, out]``."""
-
-    def __init__(self, models: list[MLPActorCritic]) -> None:
-        super().__init__()
-
-        def stack(mlps: list[nn.Sequential]) -> nn.ParameterList:
-            linears = [[m for m in mlp if isinstance(m, nn.Linear)] for mlp in mlps]
-            params = nn.ParameterList()
-            for layer in zip(*linears):
-                params.append(nn.Parameter(torch.stack([l.weight.detach().t() for l in layer])))  # [S, in, out]
-                params.append(nn.Parameter(torch.stack([l.bias.detach() for l in layer]).unsqueeze(1)))  # [S, 1, out]
-            return params
-
-        self.actor = stack([m.actor for m in models])
-        self.critic = stack([m.critic for m in models])
-        self.log_std = nn.Parameter(torch.stack([m.log_std.detach() for m in models]))  # [S, A]
-
-    @staticmethod
-    def _run(params: nn.ParameterList, x: torch.Tensor) -> torch.Tensor:
-        n = len(params) // 2
-        for i in range(n):
-            x = torch.baddbmm(params[2 * i + 1], x, params[2 * i])
-            if i < n - 1:
-                x = torch.tanh(x)
-        return x
-
-    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:  # obs [S, n, D]
-        mean = self._run(self.actor, obs)
-        log_std = self.log_std.unsqueeze(1).expand_as(mean)
-        return torch.cat([mean, log_std], -1), self._run(self.critic, obs)
 
 
 def loss_of(params: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
@@ -98,7 +65,8 @@ def timed(fn, repeats: int = 20, warmups: int = 3) -> float:
 def measure(S: int, n: int, hiddens: list[int]) -> dict[str, float]:
     models = make_models(S, hiddens)
     obs = torch.randn(S, n, OBS)
-    stacked = StackedMLP(models)
+    stacked = StackedMLPActorCritic.from_models(models)
+    flat = obs.reshape(S * n, OBS)  # seed-major rows, as the stack takes them
     base = copy.deepcopy(models[0]).to("meta")
     params, buffers = stack_module_state(models)
     params = {k: v.detach().requires_grad_() for k, v in params.items()}
@@ -110,7 +78,8 @@ def measure(S: int, n: int, hiddens: list[int]) -> dict[str, float]:
 
     # The same function three ways (per seed i, the outputs of model i on obs[i]).
     want = [models[i](obs[i]) for i in range(S)]
-    got_bmm, got_vmap = stacked(obs), batched(params, buffers, obs)
+    got_bmm = tuple(x.view(S, n, -1) for x in stacked(flat))
+    got_vmap = batched(params, buffers, obs)
     for i in range(S):
         for j in range(2):
             torch.testing.assert_close(got_bmm[j][i], want[i][j], atol=1e-5, rtol=1e-5)
@@ -121,7 +90,7 @@ def measure(S: int, n: int, hiddens: list[int]) -> dict[str, float]:
             loss_of(*models[i](obs[i])).backward()
 
     def run_bmm() -> None:
-        loss_of(*stacked(obs)).backward()
+        loss_of(*stacked(flat)).backward()
 
     def run_vmap() -> None:
         loss_of(*batched(params, buffers, obs)).backward()

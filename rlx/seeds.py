@@ -1,0 +1,290 @@
+"""S independent agents as one batch: the seed-stacked model and the per-seed update pieces.
+
+Issue #20's layout: the env holds ``S * B`` sub-envs and rows ``i*B:(i+1)*B`` belong to
+seed ``i``; every tensor the update sees keeps that *seed-major* order with the same
+number of rows per seed. Then
+
+* the networks of the S agents run as one batched matmul per layer
+  (:class:`StackedMLPActorCritic`: weights ``[S, in, out]``, ``torch.baddbmm`` over
+  ``[S, rows, in]``), which ``benchmarks/seed_stacking.py`` measured faster than a loop
+  over S modules and as fast as ``torch.func.vmap`` over stacked parameters;
+* a loss that is the *sum over seeds* of each seed's mean (:func:`per_seed_mean`) gives
+  each seed's parameters exactly the gradient of its own loss, since the seeds share no
+  parameter;
+* Adam (and every elementwise optimizer) on stacked parameters is S independent Adams;
+  what couples elements, gradient clipping, is done per seed
+  (:func:`clip_grad_norm_per_seed_`), and a per-seed learning rate or KL gate scales each
+  seed's step after the optimizer (:func:`scale_steps_per_seed_`: Adam's step is linear
+  in its learning rate);
+* advantages are normalized per seed (:func:`normalize_per_seed`), and an epoch's
+  shuffle permutes within each seed and deals every minibatch the same number of rows
+  of each seed (:func:`seed_major_permutation`).
+
+Each piece is tested against S separate single-seed computations in float64
+(``tests/test_seeds.py``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor, nn
+from torchrl.data import TensorSpec
+
+from rlx.models import MLPActorCritic, flatten_obs
+
+__all__ = [
+    "StackedLinear",
+    "StackedMLPActorCritic",
+    "seed_rows",
+    "per_seed_mean",
+    "normalize_per_seed",
+    "clip_grad_norm_per_seed_",
+    "scale_steps_per_seed_",
+    "seed_major_permutation",
+]
+
+
+def seed_rows(x: Tensor, num_seeds: int) -> Tensor:
+    """``[S * n, ...]`` -> ``[S, n, ...]`` (a view), refusing a row count that S does not divide."""
+    if x.shape[0] % num_seeds:
+        raise ValueError(f"seed_rows: {x.shape[0]} rows do not split into {num_seeds} seeds of equal size")
+    return x.view(num_seeds, x.shape[0] // num_seeds, *x.shape[1:])
+
+
+def per_seed_mean(x: Tensor, num_seeds: int) -> Tensor:
+    """``[S]``: the mean of each seed's rows of ``x`` (``[S * n, ...]``, seed-major)."""
+    return seed_rows(x, num_seeds).flatten(1).mean(dim=1)
+
+
+def normalize_per_seed(advantages: Tensor, num_seeds: int, eps: float = 1e-8) -> Tensor:
+    """``(A - mean_i) / (std_i + eps)`` with each seed's own mean and (population) std,
+    as a single-seed run normalizes its whole batch."""
+    a = seed_rows(advantages, num_seeds)
+    flat = a.flatten(1)
+    std, mean = torch.std_mean(flat, dim=1, correction=0)
+    shape = (num_seeds,) + (1,) * (a.dim() - 1)
+    return ((a - mean.view(shape)) / (std.view(shape) + eps)).view_as(advantages).to(advantages.dtype)
+
+
+def clip_grad_norm_per_seed_(params: Sequence[Tensor], max_norm: float, num_seeds: int) -> Tensor:
+    """Clip each seed's gradient to ``max_norm`` in place, as
+    ``torch.nn.utils.clip_grad_norm_`` clips one model's: seed i's norm is taken over
+    slice ``i`` of every stacked parameter (leading dim S).
+
+    Returns:
+        ``[S]`` each seed's gradient norm before clipping.
+    """
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return torch.zeros(num_seeds, device=params[0].device if params else None)
+    for g in grads:
+        if g.shape[0] != num_seeds:
+            raise ValueError(f"clip_grad_norm_per_seed_: a gradient of shape {tuple(g.shape)} has no leading seed dim {num_seeds}")
+    wide = [g.flatten(1) if g.dtype in (torch.float32, torch.float64) else g.flatten(1).float() for g in grads]
+    norms = torch.stack([g.square().sum(dim=1) for g in wide]).sum(dim=0).sqrt()  # [S]
+    coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
+    for g in grads:
+        g.mul_(coef.view(num_seeds, *([1] * (g.dim() - 1))).to(g.dtype))
+    return norms
+
+
+def scale_steps_per_seed_(params: Sequence[Tensor], before: Sequence[Tensor], factor: Tensor) -> None:
+    """``p = before + factor_i * (p - before)`` for seed i's slice of each stacked
+    parameter: a per-seed learning rate (``factor_i = lr_i / lr``) or gate
+    (``factor_i = 0`` leaves seed i exactly where it was, even when its step is NaN: a
+    diverged seed is frozen without touching the others) applied after one optimizer
+    step. Exact for Adam, AdamW and SGD, whose step is linear in the learning rate."""
+    for p, old in zip(params, before):
+        f = factor.view(factor.shape[0], *([1] * (p.dim() - 1))).to(p.dtype)
+        p.data.copy_(torch.where(f == 0, old, torch.lerp(old, p.data, f)))
+
+
+def seed_major_permutation(num_seeds: int, rows_per_seed: int, minibatch_rows: int, *, device: torch.device | str = "cpu",
+                           generator: torch.Generator | None = None) -> tuple[Tensor, list[tuple[int, int]]]:
+    """An epoch's shuffle of ``S * n`` seed-major rows that permutes within each seed and
+    deals each minibatch ``m`` rows of every seed (the last gets ``n mod m`` when ``m``
+    does not divide ``n``), seed-major inside the minibatch.
+
+    Args:
+        num_seeds: ``S``.
+        rows_per_seed: ``n``.
+        minibatch_rows: ``m``, rows *per seed* in a minibatch.
+
+    Returns:
+        ``index`` (``[S * n]``; ``epoch = x[index]``) and each minibatch's
+        ``(start, rows)`` in the epoch, ``rows = S * m``.
+    """
+    S, n, m = num_seeds, rows_per_seed, minibatch_rows
+    if not 1 <= m <= n:
+        raise ValueError(f"seed_major_permutation: minibatch_rows must be in [1, {n}], got {m}")
+    keys = torch.rand(S, n, device=device, generator=generator)
+    perm = keys.argsort(dim=1) + (torch.arange(S, device=device) * n).unsqueeze(1)  # [S, n], seed i's rows
+    parts, bounds, start = [], [], 0
+    for lo in range(0, n, m):
+        hi = min(lo + m, n)
+        parts.append(perm[:, lo:hi].reshape(-1))
+        bounds.append((start, S * (hi - lo)))
+        start += S * (hi - lo)
+    return torch.cat(parts), bounds
+
+
+class StackedLinear(nn.Module):
+    """S linear layers in one: ``y[i] = x[i] @ weight[i] + bias[i]`` by ``torch.baddbmm``.
+
+    ``weight`` is ``[S, in, out]`` (transposed from ``nn.Linear``'s ``[out, in]``) and
+    ``bias`` ``[S, 1, out]``; ``x`` is ``[S, n, in]``. ``float32`` computes in float32
+    under autocast, as :class:`~rlx.models.Float32Linear` does for the output heads.
+    """
+
+    def __init__(self, linears: Sequence[nn.Linear], *, float32: bool = False) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.stack([l.weight.detach().t() for l in linears]).contiguous())
+        self.bias = nn.Parameter(torch.stack([l.bias.detach() for l in linears]).unsqueeze(1).contiguous())
+        self.float32 = float32
+
+    def forward(self, x: Tensor) -> Tensor:
+        if self.float32 and torch.is_autocast_enabled(x.device.type):
+            with torch.autocast(device_type=x.device.type, enabled=False):
+                return torch.baddbmm(self.bias, x.float(), self.weight)
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+def _stack_mlp(mlps: Sequence[nn.Sequential]) -> nn.Sequential:
+    """One stacked MLP from S MLPs of the same shape (their activations are stateless)."""
+    layers: list[nn.Module] = []
+    for modules in zip(*mlps):
+        first = modules[0]
+        if isinstance(first, nn.Linear):
+            layers.append(StackedLinear(modules, float32=type(first).__name__ == "Float32Linear"))
+        else:
+            layers.append(first)
+    return nn.Sequential(*layers)
+
+
+class StackedMLPActorCritic(nn.Module):
+    """S :class:`~rlx.models.MLPActorCritic` agents evaluated at once, for ``num_seeds = S``.
+
+    It follows the model interface (:mod:`rlx.models`) over seed-major rows: ``obs`` of
+    ``N = S * n`` rows, rows ``i*n:(i+1)*n`` for seed i, maps to ``(dist_params [N, .],
+    values [N, 1])``, each seed's rows through its own weights. Parameters carry a leading
+    seed dim (``[S, in, out]``, ``[S, 1, out]``, ``log_std [S, I]``).
+
+    Args:
+        observation_spec, action_spec, num_params, **mlp_kwargs: As for
+            :class:`~rlx.models.MLPActorCritic` (``hiddens``, ``activation_fn``, ...).
+        num_seeds: ``S``.
+        seed: Seed i's initial parameters are those an ``MLPActorCritic`` gets after
+            ``torch.manual_seed(seed + i)`` (the global RNG is left as it was); ``None``
+            draws them in turn from the global RNG.
+    """
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        /,
+        *,
+        num_params: tuple[int, int],
+        num_seeds: int,
+        seed: int | None = None,
+        **mlp_kwargs,
+    ) -> None:
+        super().__init__()
+        if not isinstance(num_seeds, int) or num_seeds < 1:
+            raise ValueError(f"StackedMLPActorCritic.num_seeds: must be a positive int, got {num_seeds!r}")
+        self.num_seeds = num_seeds
+        models = []
+        for i in range(num_seeds):
+            if seed is None:
+                models.append(MLPActorCritic(observation_spec, action_spec, num_params=num_params, **mlp_kwargs))
+                continue
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed + i)
+                models.append(MLPActorCritic(observation_spec, action_spec, num_params=num_params, **mlp_kwargs))
+        self._load_from(models)
+
+    @classmethod
+    def from_models(cls, models: Sequence[MLPActorCritic]) -> StackedMLPActorCritic:
+        """The stack of existing single-seed models (their parameters copied, in order)."""
+        if not models:
+            raise ValueError("StackedMLPActorCritic.from_models: needs at least one model")
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self.num_seeds = len(models)
+        self._load_from(list(models))
+        return self
+
+    def _load_from(self, models: list[MLPActorCritic]) -> None:
+        first = models[0]
+        shapes = [[tuple(p.shape) for p in m.parameters()] for m in models]
+        if any(s != shapes[0] for s in shapes):
+            raise ValueError("StackedMLPActorCritic: the models differ in shape; seeds must share an architecture")
+        self.observation_spec = first.observation_spec
+        self.actor_spec, self.critic_spec = first.actor_spec, first.critic_spec
+        self.actor = _stack_mlp([m.actor for m in models])
+        self.critic = _stack_mlp([m.critic for m in models])
+        self.log_std = (
+            nn.Parameter(torch.stack([m.log_std.detach() for m in models]).contiguous())
+            if first.log_std is not None else None
+        )
+        # The architecture unstack() rebuilds; set past nn.Module so that it is no
+        # submodule and its (stale) parameters stay out of ours.
+        object.__setattr__(self, "_template", first)
+
+    def _rows(self, features: Tensor) -> Tensor:
+        # flatten_obs gives float32 features; a float64 stack (a reference run) keeps float64.
+        dtype = self.actor[0].weight.dtype
+        return seed_rows(features if features.dtype == dtype or dtype != torch.float64 else features.to(dtype), self.num_seeds)
+
+    def _params(self, features: Tensor) -> Tensor:
+        x = self._rows(features)  # [S, n, F]
+        head = self.actor(x)  # [S, n, D]
+        if self.log_std is not None:
+            head = torch.cat([head, self.log_std.to(head.dtype).unsqueeze(1).expand(-1, head.shape[1], -1)], dim=-1)
+        return head.reshape(features.shape[0], -1)
+
+    def _value(self, features: Tensor) -> Tensor:
+        return self.critic(self._rows(features)).reshape(features.shape[0], 1)
+
+    def forward(self, obs: Tensor | TensorDictBase) -> tuple[Tensor, Tensor]:
+        """Map ``S * n`` seed-major observations to ``(dist_params [N, .], values [N, 1])``."""
+        if self.actor_spec is self.critic_spec:
+            features = flatten_obs(obs, self.actor_spec)
+            return self._params(features), self._value(features)
+        return self.dist_params(obs), self.value(obs)
+
+    def value(self, obs: Tensor | TensorDictBase) -> Tensor:
+        """Critic only: ``[N, 1]``."""
+        return self._value(flatten_obs(obs, self.critic_spec))
+
+    def dist_params(self, obs: Tensor | TensorDictBase) -> Tensor:
+        """Actor only: ``[N, D + I]``."""
+        return self._params(flatten_obs(obs, self.actor_spec))
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        return list(self.actor.parameters()) + ([self.log_std] if self.log_std is not None else [])
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        return list(self.critic.parameters())
+
+    @torch.no_grad()
+    def unstack(self, i: int) -> MLPActorCritic:
+        """Seed ``i``'s agent as a single-seed :class:`~rlx.models.MLPActorCritic` (a copy:
+        what ``rlx eval`` / ``rlx export --seed i`` would run)."""
+        if not 0 <= i < self.num_seeds:
+            raise IndexError(f"StackedMLPActorCritic.unstack: seed {i} is not in [0, {self.num_seeds})")
+        import copy
+
+        model = copy.deepcopy(self._template)
+        for single, stacked in ((model.actor, self.actor), (model.critic, self.critic)):
+            linears = [m for m in single if isinstance(m, nn.Linear)]
+            for linear, layer in zip(linears, (m for m in stacked if isinstance(m, StackedLinear))):
+                linear.weight.copy_(layer.weight[i].t())
+                linear.bias.copy_(layer.bias[i, 0])
+        if self.log_std is not None:
+            model.log_std.copy_(self.log_std[i])
+        return model.to(self.log_std.device if self.log_std is not None else next(self.parameters()).device)
+
