@@ -183,16 +183,19 @@ class MLPActorCritic(nn.Module):
             return head
         return torch.cat([head, self.log_std.to(head.dtype).expand(head.shape[0], -1)], dim=-1)
 
+    def _value(self, features: Tensor) -> Tensor:
+        return self.critic(features)
+
     def forward(self, obs: Tensor | TensorDictBase) -> tuple[Tensor, Tensor]:
         """Map observations to ``(dist_params [N, S + I], values [N, 1])``."""
         if self.actor_spec is self.critic_spec:  # one group: flatten once
             features = flatten_obs(obs, self.actor_spec)
-            return self._params(features), self.critic(features)
+            return self._params(features), self._value(features)
         return self.dist_params(obs), self.value(obs)
 
     def value(self, obs: Tensor | TensorDictBase) -> Tensor:
         """Critic only (the critic group): ``[N, 1]``."""
-        return self.critic(flatten_obs(obs, self.critic_spec))
+        return self._value(flatten_obs(obs, self.critic_spec))
 
     def dist_params(self, obs: Tensor | TensorDictBase) -> Tensor:
         """Actor only (the actor group): ``[N, S + I]``."""

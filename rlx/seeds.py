@@ -29,11 +29,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
-from rlx.models import MLPActorCritic, flatten_obs
+from rlx.models import MLPActorCritic
 
 __all__ = [
     "StackedLinear",
@@ -164,13 +163,15 @@ def _stack_mlp(mlps: Sequence[nn.Sequential]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class StackedMLPActorCritic(nn.Module):
+class StackedMLPActorCritic(MLPActorCritic):
     """S :class:`~rlx.models.MLPActorCritic` agents evaluated at once, for ``num_seeds = S``.
 
     It follows the model interface (:mod:`rlx.models`) over seed-major rows: ``obs`` of
     ``N = S * n`` rows, rows ``i*n:(i+1)*n`` for seed i, maps to ``(dist_params [N, .],
     values [N, 1])``, each seed's rows through its own weights. Parameters carry a leading
-    seed dim (``[S, in, out]``, ``[S, 1, out]``, ``log_std [S, I]``).
+    seed dim (``[S, in, out]``, ``[S, 1, out]``, ``log_std [S, I]``). ``forward``,
+    ``value``, ``dist_params`` and the NPG parameter split are the single model's, over
+    the stacked layers.
 
     Args:
         observation_spec, action_spec, num_params, **mlp_kwargs: As for
@@ -192,7 +193,7 @@ class StackedMLPActorCritic(nn.Module):
         seed: int | None = None,
         **mlp_kwargs,
     ) -> None:
-        super().__init__()
+        nn.Module.__init__(self)  # the layers come stacked from S single models, not built here
         if not isinstance(num_seeds, int) or num_seeds < 1:
             raise ValueError(f"StackedMLPActorCritic.num_seeds: must be a positive int, got {num_seeds!r}")
         self.num_seeds = num_seeds
@@ -248,27 +249,6 @@ class StackedMLPActorCritic(nn.Module):
 
     def _value(self, features: Tensor) -> Tensor:
         return self.critic(self._rows(features)).reshape(features.shape[0], 1)
-
-    def forward(self, obs: Tensor | TensorDictBase) -> tuple[Tensor, Tensor]:
-        """Map ``S * n`` seed-major observations to ``(dist_params [N, .], values [N, 1])``."""
-        if self.actor_spec is self.critic_spec:
-            features = flatten_obs(obs, self.actor_spec)
-            return self._params(features), self._value(features)
-        return self.dist_params(obs), self.value(obs)
-
-    def value(self, obs: Tensor | TensorDictBase) -> Tensor:
-        """Critic only: ``[N, 1]``."""
-        return self._value(flatten_obs(obs, self.critic_spec))
-
-    def dist_params(self, obs: Tensor | TensorDictBase) -> Tensor:
-        """Actor only: ``[N, D + I]``."""
-        return self._params(flatten_obs(obs, self.actor_spec))
-
-    def actor_parameters(self) -> list[nn.Parameter]:
-        return list(self.actor.parameters()) + ([self.log_std] if self.log_std is not None else [])
-
-    def critic_parameters(self) -> list[nn.Parameter]:
-        return list(self.critic.parameters())
 
     @torch.no_grad()
     def unstack(self, i: int) -> MLPActorCritic:
