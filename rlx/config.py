@@ -53,6 +53,7 @@ class AlgorithmConfig(MinibatchConfig):
     """
 
     algorithm_cls: ClassVar[type[Algorithm]] = PPO
+    supports_seeds: ClassVar[bool] = True
 
     #: Step the optimizer once per epoch on gradients accumulated over its minibatches
     #: (each weighted by its share of the buffer, so this equals the full-batch gradient).
@@ -104,6 +105,10 @@ class AlgorithmConfig(MinibatchConfig):
                 or bounds[0] > bounds[1]
             ):
                 fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
+        if self.num_seeds > 1:
+            for field in ("cudagraphs", "compile", "accumulate_grads", "kl_adaptive_lr"):
+                if getattr(self, field):
+                    fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
 
 
 _A2C_HAS_NO = "a PPO field; A2C takes the plain policy gradient (no ratio, no clipping, no KL control)"
@@ -244,6 +249,7 @@ class RecurrentAlgorithmConfig(SequenceFields, AlgorithmConfig):
     """
 
     algorithm_cls: ClassVar[type[Algorithm]] = RecurrentPPO
+    supports_seeds: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -30,6 +30,9 @@ __all__ = ["CommonConfig", "MinibatchConfig", "SequenceFields", "check_sequences
 class CommonConfig:
     """Fields every rlx algorithm shares: env, model, buffer, GAE, normalizers, device."""
 
+    #: Whether the algorithm trains ``num_seeds > 1`` agents at once.
+    supports_seeds: ClassVar[bool] = False
+
     #: Model instance to use; mutually exclusive with ``model_cls``.
     model: nn.Module | None = None
     #: Model class built as ``model_cls(observation_spec, action_spec, num_params=(S, I),
@@ -87,6 +90,13 @@ class CommonConfig:
     #: the critic group; a deployed policy takes the actor keys only. Keys are checked
     #: against the env's observation at build.
     obs_groups: dict[str, list[str]] | None = None
+    #: ``S`` independent agents trained at once (see :mod:`rlx.seeds`): the env holds
+    #: ``S * num_envs`` sub-envs, rows ``i*B:(i+1)*B`` for seed i, whose initial
+    #: parameters are a single-seed run's with ``seed + i``; the default model runs the
+    #: S networks as one batched matmul per layer. Per seed: optimizer state, reward
+    #: scaler, advantage normalization, gradient clipping, KL early stop, NaN freeze and
+    #: statistics (``seed{i}/...``). PPO only so far, without ``normalize_obs``.
+    num_seeds: int = 1
 
     def __post_init__(self) -> None:
         if self.model is not None and self.model_cls is not None:
@@ -127,7 +137,32 @@ class CommonConfig:
         except (RuntimeError, TypeError) as e:
             fail(self, "device", f"is not a valid device ({e})")
         check_int(self, "seed", minimum=0, allow_none=True)
+        check_int(self, "num_seeds")
+        if self.num_seeds > 1:
+            self._check_seeds()
         self._check_obs_groups()
+
+    def _check_seeds(self) -> None:
+        """What ``num_seeds > 1`` supports so far, refused by name otherwise."""
+        from rlx.seeds import StackedMLPActorCritic
+
+        if not self.supports_seeds:
+            fail(self, "num_seeds", f"num_seeds={self.num_seeds} is supported by PPO's AlgorithmConfig only so far, "
+                                    f"not by {type(self).__name__}")
+
+        custom = self.model if self.model is not None else self.model_cls
+        if custom is not None and not (
+            isinstance(custom, StackedMLPActorCritic)
+            or (isinstance(custom, type) and issubclass(custom, StackedMLPActorCritic))
+        ):
+            field = "model" if self.model is not None else "model_cls"
+            fail(self, field, f"num_seeds={self.num_seeds} needs a model with a seed dim (rlx.seeds.StackedMLPActorCritic "
+                              f"or a subclass), got {custom!r}")
+        if isinstance(self.model, StackedMLPActorCritic) and self.model.num_seeds != self.num_seeds:
+            fail(self, "model", f"stacks {self.model.num_seeds} seeds, but num_seeds={self.num_seeds}")
+        for field in ("normalize_obs", "enable_amp"):
+            if getattr(self, field):
+                fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
 
     def _check_obs_groups(self) -> None:
         groups = self.obs_groups

@@ -31,15 +31,15 @@ def float_leaves(x: Tensor | TensorDictBase) -> list[tuple[str, Tensor]]:
 class EpisodeStats(NamedTuple):
     """Episodes that ended in one rollout, and the ones it leaves unfinished."""
 
-    count: Tensor  #: ``[]`` float64, episodes that ended
-    return_sum: Tensor  #: ``[]`` float64, the sum of their returns
-    length_sum: Tensor  #: ``[]`` float64, the sum of their lengths
+    count: Tensor  #: ``[]`` (``[G]`` by group) float64, episodes that ended
+    return_sum: Tensor  #: ``[]`` (``[G]``) float64, the sum of their returns
+    length_sum: Tensor  #: ``[]`` (``[G]``) float64, the sum of their lengths
     next_return: Tensor  #: ``[B]`` float64, each env's unfinished return after the rollout
     next_length: Tensor  #: ``[B]`` float64, each env's unfinished length after the rollout
 
 
 def episode_statistics(
-    rewards: Tensor, dones: Tensor, carried_return: Tensor, carried_length: Tensor, time_index: Tensor
+    rewards: Tensor, dones: Tensor, carried_return: Tensor, carried_length: Tensor, time_index: Tensor, groups: int = 1
 ) -> EpisodeStats:
     """Returns and lengths of the episodes that ended in a rollout, with no loop over T.
 
@@ -53,6 +53,8 @@ def episode_statistics(
         dones: ``[B, T]`` bool, the step ended an episode.
         carried_return, carried_length: ``[B]`` float64, each env's unfinished episode.
         time_index: ``[T]``, ``arange(T)`` on the device.
+        groups: ``G`` equal blocks of envs (seeds, rows ``i*B/G:(i+1)*B/G``): ``count``,
+            ``return_sum`` and ``length_sum`` are then ``[G]``, one per block.
     """
     B, T = rewards.shape
     running = carried_return.unsqueeze(1) + torch.cumsum(rewards, dim=1)  # [B, T]
@@ -69,7 +71,10 @@ def episode_statistics(
     end_running = running.gather(1, final_end.clamp(min=0).unsqueeze(1)).squeeze(1)
     next_return = torch.where(ended, running[:, -1] - end_running, running[:, -1])
     next_length = torch.where(ended, (T - 1 - final_end).double(), carried_length + T)
-    return EpisodeStats(d.sum(), (episode_return * d).sum(), (episode_length * d).sum(), next_return, next_length)
+    def total(x: Tensor) -> Tensor:
+        return x.sum() if groups == 1 else x.view(groups, -1).sum(dim=1)
+
+    return EpisodeStats(total(d), total(episode_return * d), total(episode_length * d), next_return, next_length)
 
 
 def carry_episodes(stats: EpisodeStats, episode_return: Tensor, episode_length: Tensor) -> None:

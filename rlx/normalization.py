@@ -198,6 +198,9 @@ class RewardScaler(nn.Module):
         gamma: Discount factor in ``[0, 1]``.
         epsilon: Added to the variance before the square root in :meth:`scale`.
         device: Where the buffers live.
+        num_seeds: ``S`` independent scalers over equal blocks of envs (seeds, rows
+            ``i*B/S:(i+1)*B/S``): ``stats`` is then ``[S]`` and each block's rewards are
+            divided by its own scale.
     """
 
     returns: Tensor
@@ -209,10 +212,14 @@ class RewardScaler(nn.Module):
         *,
         epsilon: float = 1e-8,
         device: torch.device | str | None = None,
+        num_seeds: int = 1,
     ) -> None:
         super().__init__()
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1, got {num_envs}")
+        if num_seeds < 1 or num_envs % num_seeds:
+            raise ValueError(f"num_seeds must be >= 1 and divide num_envs={num_envs}, got {num_seeds}")
+        self.num_seeds = int(num_seeds)
         if not 0.0 <= gamma <= 1.0:
             raise ValueError(f"gamma must be in [0, 1], got {gamma}")
         if epsilon < 0:
@@ -220,7 +227,7 @@ class RewardScaler(nn.Module):
         self.num_envs = int(num_envs)
         self.gamma = float(gamma)
         self.epsilon = float(epsilon)
-        self.stats = RunningMeanStd((), epsilon=epsilon, device=device, sync_ranks=True)
+        self.stats = RunningMeanStd((num_seeds,) if num_seeds > 1 else (), epsilon=epsilon, device=device, sync_ranks=True)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
         # Per-rollout scratch, [B, T] each, allocated on the first update and reused while
         # the horizon stays the same. Not persistent: nothing in them outlives a call.
@@ -273,7 +280,10 @@ class RewardScaler(nn.Module):
             history[:, t].addcmul_(decay[:, t - 1], history[:, t - 1])
         # The return carried into the next rollout restarts if the last step ended.
         self.returns.copy_(history[:, -1]).masked_fill_(dones_BT[:, -1], 0.0)
-        self.stats.update(history.view(-1))  # [B, T] -> [B*T]
+        if self.num_seeds > 1:  # [B, T] -> [B/S * T, S]: each seed's returns are its column
+            self.stats.update(history.view(self.num_seeds, -1).t())
+        else:
+            self.stats.update(history.view(-1))  # [B, T] -> [B*T]
 
     @torch.no_grad()
     def reset(self) -> None:
@@ -303,7 +313,11 @@ class RewardScaler(nn.Module):
             The scaled rewards (``out`` when given), in ``rewards``' dtype.
         """
         # A 0-d divisor does not promote the result, so bf16 rewards stay bf16.
-        return torch.div(rewards, self.scale(), out=out)
+        scale = self.scale()
+        if self.num_seeds > 1:  # [S] -> one per row of rewards [B, ...]
+            scale = scale.repeat_interleave(self.num_envs // self.num_seeds).view(-1, *([1] * (rewards.dim() - 1)))
+            scale = scale.to(rewards.dtype)
+        return torch.div(rewards, scale, out=out)
 
     def _scratch(self, horizon: int) -> tuple[Tensor, Tensor]:
         """The ``[B, T]`` float32 history and decay tensors, allocated once per horizon."""

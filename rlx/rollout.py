@@ -73,8 +73,10 @@ class Rollout:
         act_fn: ActFn | None = None,
         value_fn: ValueFn | None = None,
         graphed: bool = False,
+        num_seeds: int = 1,
     ) -> None:
         self.env, self.policy, self.device = env, policy, device
+        self.num_seeds = num_seeds  # rows i*B:(i+1)*B for seed i (rlx.seeds)
         self.num_envs, self.horizon = env.num_envs, horizon
         self.act_fn = act_fn or policy.act_step
         self.value_fn = value_fn or policy.value_step
@@ -162,7 +164,9 @@ class Rollout:
         # does not declare max_episode_steps); more falls back to valuing every step.
         limit = getattr(env, "max_episode_steps", None)
         per_env = -(-T // limit) if isinstance(limit, int) and limit > 0 else 1
-        self.set_truncation_capacity(B * per_env)
+        # With seeds every value pass takes whole columns (a gather would split the seeds
+        # unevenly between the stacked networks): the capacity is every step.
+        self.set_truncation_capacity(B * T if self.num_seeds > 1 else B * per_env)
 
     def set_truncation_capacity(self, capacity: int) -> None:
         """Value at most ``capacity`` truncated steps per collect without a fallback."""
@@ -335,7 +339,8 @@ class Rollout:
         episodes into the next collect."""
         rewards, dones = self.rewards_and_dones()
         r = rewards.squeeze(-1).double()  # [B, T]
-        episodes = episode_statistics(r, dones.squeeze(-1), self.episode_return, self.episode_length, self._time_index)
+        episodes = episode_statistics(r, dones.squeeze(-1), self.episode_return, self.episode_length, self._time_index,
+                                      groups=self.num_seeds)
         carry_episodes(episodes, self.episode_return, self.episode_length)
         horizon_returns = r.sum(dim=1)  # [B]
         stats = Stats()
@@ -345,9 +350,10 @@ class Rollout:
         stats.add("rewards/min", r.min(), "min")
         stats.add("rewards/max", r.max(), "max")
         stats.add_std_mean("rewards/std", "rewards/mean", r)
-        stats.add("episodes/count", episodes.count, "sum")
-        stats.add("episodes/return_sum", episodes.return_sum, "sum")
-        stats.add("episodes/length_sum", episodes.length_sum, "sum")
+        for name, value in (("count", episodes.count), ("return_sum", episodes.return_sum), ("length_sum", episodes.length_sum)):
+            stats.add(f"episodes/{name}", value.sum(), "sum")
+            for i in range(self.num_seeds if self.num_seeds > 1 else 0):
+                stats.add(f"seed{i}/episodes/{name}", value[i], "sum")
         finite = torch.isfinite(rewards).all()
         for _, leaf in float_leaves(self.buffer.get(OBS)) + self._truncated_final_obs_leaves():
             finite = finite & torch.isfinite(leaf).all()
@@ -373,9 +379,16 @@ class Rollout:
         B, T = self.num_envs, self.horizon
         count = host["episodes/count"]
         keys = ("returns/min", "returns/max", "returns/mean", "returns/std", "rewards/min", "rewards/max", "rewards/mean", "rewards/std")
+        per_seed = {}
+        for i in range(self.num_seeds if self.num_seeds > 1 else 0):
+            n = host[f"seed{i}/episodes/count"]
+            per_seed[f"seed{i}/episodes/count"] = n
+            per_seed[f"seed{i}/episodes/return_mean"] = host[f"seed{i}/episodes/return_sum"] / n if n else math.nan
+            per_seed[f"seed{i}/episodes/length_mean"] = host[f"seed{i}/episodes/length_sum"] / n if n else math.nan
         return {
             **{k: host[k] for k in keys},
             **{k: v for k, v in host.items() if k.startswith("env/")},  # an env's logged scalars
+            **per_seed,
             "episodes/count": count,
             "episodes/return_mean": host["episodes/return_sum"] / count if count else math.nan,
             "episodes/length_mean": host["episodes/length_sum"] / count if count else math.nan,

@@ -102,7 +102,8 @@ def scale_steps_per_seed_(params: Sequence[Tensor], before: Sequence[Tensor], fa
 
 
 def seed_major_permutation(num_seeds: int, rows_per_seed: int, minibatch_rows: int, *, device: torch.device | str = "cpu",
-                           generator: torch.Generator | None = None) -> tuple[Tensor, list[tuple[int, int]]]:
+                           generator: torch.Generator | None = None, shuffle: bool = True,
+                           ) -> tuple[Tensor, list[tuple[int, int]]]:
     """An epoch's shuffle of ``S * n`` seed-major rows that permutes within each seed and
     deals each minibatch ``m`` rows of every seed (the last gets ``n mod m`` when ``m``
     does not divide ``n``), seed-major inside the minibatch.
@@ -111,6 +112,8 @@ def seed_major_permutation(num_seeds: int, rows_per_seed: int, minibatch_rows: i
         num_seeds: ``S``.
         rows_per_seed: ``n``.
         minibatch_rows: ``m``, rows *per seed* in a minibatch.
+        shuffle: ``False`` keeps each seed's rows in order (minibatch k holds rows
+            ``k*m:(k+1)*m`` of every seed, as an unshuffled single-seed epoch).
 
     Returns:
         ``index`` (``[S * n]``; ``epoch = x[index]``) and each minibatch's
@@ -119,8 +122,11 @@ def seed_major_permutation(num_seeds: int, rows_per_seed: int, minibatch_rows: i
     S, n, m = num_seeds, rows_per_seed, minibatch_rows
     if not 1 <= m <= n:
         raise ValueError(f"seed_major_permutation: minibatch_rows must be in [1, {n}], got {m}")
-    keys = torch.rand(S, n, device=device, generator=generator)
-    perm = keys.argsort(dim=1) + (torch.arange(S, device=device) * n).unsqueeze(1)  # [S, n], seed i's rows
+    if shuffle:
+        order = torch.rand(S, n, device=device, generator=generator).argsort(dim=1)
+    else:
+        order = torch.arange(n, device=device).expand(S, n)
+    perm = order + (torch.arange(S, device=device) * n).unsqueeze(1)  # [S, n], seed i's rows
     parts, bounds, start = [], [], 0
     for lo in range(0, n, m):
         hi = min(lo + m, n)
@@ -268,3 +274,71 @@ class StackedMLPActorCritic(MLPActorCritic):
             model.log_std.copy_(self.log_std[i])
         return model.to(self.log_std.device if self.log_std is not None else next(self.parameters()).device)
 
+
+
+class SeedGroup:
+    """The per-seed state and steps of an algorithm with ``num_seeds = S > 1``.
+
+    ``active`` is ``[S]`` float: 1 for a seed whose updates apply, 0 for one that
+    diverged (a non-finite gradient norm: frozen where it was, for good) or that a stop
+    condition marked done (:meth:`mark_done`).
+
+    Args:
+        num_seeds: ``S``.
+        device: Where the masks live.
+    """
+
+    def __init__(self, num_seeds: int, device: torch.device) -> None:
+        self.num_seeds = num_seeds
+        self.alive = torch.ones(num_seeds, dtype=torch.bool, device=device)
+        self.done = torch.zeros(num_seeds, dtype=torch.bool, device=device)
+
+    def active(self) -> Tensor:
+        """``[S]`` float: 1 where a seed's updates apply."""
+        return (self.alive & ~self.done).float()
+
+    def mark_done(self, seeds: Sequence[int]) -> None:
+        """Stop updating ``seeds`` (their stop condition was met); the others go on."""
+        for i in seeds:
+            self.done[i] = True
+
+    def optimizer_step(self, optimizer: torch.optim.Optimizer, params: list[Tensor], max_grad_norm: float | None,
+                       gate: Tensor | None = None) -> None:
+        """Clip each seed's gradient, step the optimizer once for all, then keep each seed's
+        step only where it is active, its gradient finite and its ``gate`` (a KL early
+        stop's ``[S]`` open mask) open; a non-finite gradient marks the seed diverged."""
+        before = [p.detach().clone() for p in params]
+        if max_grad_norm is not None:
+            norms = clip_grad_norm_per_seed_(params, max_grad_norm, self.num_seeds)
+        else:
+            grads = [p.grad for p in params if p.grad is not None]
+            norms = torch.stack([g.flatten(1).float().square().sum(dim=1) for g in grads]).sum(dim=0).sqrt()
+        self.alive &= torch.isfinite(norms)
+        factor = self.active()
+        if gate is not None:
+            factor = factor * gate
+        optimizer.step()
+        scale_steps_per_seed_(params, before, factor)
+        optimizer.zero_grad(set_to_none=True)
+
+    def state_dict(self) -> dict[str, Tensor]:
+        return {"alive": self.alive.clone(), "done": self.done.clone()}
+
+    def load_state_dict(self, state: dict[str, Tensor]) -> None:
+        self.alive.copy_(state["alive"])
+        self.done.copy_(state["done"])
+
+
+class SeedStats:
+    """Adds ``[S]`` statistics to a :class:`~rlx.stats.Stats`: ``seed{i}/name`` for each
+    seed and, under ``name``, their mean (their max for a ``"max"`` statistic, their sum
+    for a ``"sum"`` one)."""
+
+    def __init__(self, stats, num_seeds: int) -> None:
+        self.stats, self.num_seeds = stats, num_seeds
+
+    def add(self, name: str, value: Tensor, op: str = "mean") -> None:
+        for i in range(self.num_seeds):
+            self.stats.add(f"seed{i}/{name}", value[i], op)
+        across = {"max": value.max(), "min": value.min(), "sum": value.sum()}.get(op, value.mean())
+        self.stats.add(name, across, op)

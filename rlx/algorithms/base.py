@@ -25,6 +25,7 @@ from rlx.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
 from rlx.schedulers import Schedule
+from rlx.seeds import SeedGroup, StackedMLPActorCritic, normalize_per_seed
 from rlx.yaml_types import config_to_dict
 
 if TYPE_CHECKING:
@@ -72,27 +73,36 @@ class Algorithm(ABC):
             )
         if config.seed is not None:
             torch.manual_seed(config.seed + self.rank)  # one seed stream per rank
-        self.num_envs, self.horizon = config.num_envs, config.horizon
+        # num_seeds = S: S * B sub-envs, rows i*B:(i+1)*B for seed i (rlx.seeds).
+        self.num_seeds = config.num_seeds
+        self.seeds = SeedGroup(self.num_seeds, self.device) if self.num_seeds > 1 else None
+        if self.seeds is not None and self.world_size > 1:
+            raise ValueError(f"{type(config).__name__}.num_seeds: not supported under torch.distributed yet")
+        self.num_envs, self.horizon = config.num_envs * self.num_seeds, config.horizon
         check_env_limits(env_cls, self.num_envs, self.horizon)
         self.env = env_cls(self.num_envs, self.horizon, device=self.device)
+        model_cls, model_config = config.model_cls, config.model_config
+        if self.seeds is not None and config.model is None:
+            model_cls = model_cls or StackedMLPActorCritic
+            model_config = {**(model_config or {}), "num_seeds": self.num_seeds, "seed": config.seed}
         self.policy = self.policy_cls(
             self.env.observation_spec,
             self.env.action_spec,
             model=config.model,
-            model_cls=config.model_cls,
-            model_config=config.model_config,
+            model_cls=model_cls,
+            model_config=model_config,
             distribution_cls=config.distribution_cls,
             normalize_obs=config.normalize_obs,
             device=self.device,
             obs_groups=config.obs_groups,
         )
-        if self.device.type == "cpu":
+        if self.device.type == "cpu" and self.seeds is None:  # passes of rows would split the seeds unevenly
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
         act_fn, value_fn = self._rollout_fns()
         graphed = self.uses_cuda_graphs and self.device.type == "cuda" and env_is_graph_safe(self.env)
         self.rollout = Rollout(
             self.env, self.policy, self.horizon, self.device,
-            act_fn=act_fn, value_fn=value_fn, graphed=graphed and not self.policy.recurrent,
+            act_fn=act_fn, value_fn=value_fn, graphed=graphed and not self.policy.recurrent, num_seeds=self.num_seeds,
         )
         if self.world_size > 1:
             rdist.check_same_on_all_ranks(
@@ -110,7 +120,7 @@ class Algorithm(ABC):
             config.lr_schedule, config.lr_schedule_kind, initial=config.optimizer_kwargs["lr"], name="lr_schedule"
         )
         self._set_lr(self.lr_schedule.value(0))
-        self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device)
+        self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device, num_seeds=self.num_seeds)
         self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
         self.grad_scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.enable_amp and self.amp_dtype == torch.float16
@@ -252,7 +262,7 @@ class Algorithm(ABC):
         host = rollout.statistics(overflow).to_host()  # SYNC: the one transfer of collect()
         rollout.finish(host)
         self.num_collects += 1
-        self.env_steps += self.num_envs * self.horizon * self.world_size  # every rank's transitions
+        self.env_steps += self.config.num_envs * self.horizon * self.world_size  # every rank's (per seed)
         self._buffered = True
         return {**rollout.report(host, self.world_size), "profiling/collect_ms": 1e3 * (time.perf_counter() - start)}
 
@@ -260,6 +270,10 @@ class Algorithm(ABC):
 
     def _optimizer_step(self, params: list[torch.nn.Parameter]) -> None:
         """Clip (after unscaling AMP gradients), step the optimizer, clear gradients."""
+        if self.seeds is not None:  # per seed: clip, KL gate, divergence
+            gate = self.kl_stop.open if getattr(self, "kl_stop", None) is not None else None
+            self.seeds.optimizer_step(self.optimizer, params, self.config.max_grad_norm, gate)
+            return
         scaler = self.grad_scaler
         rdist.all_reduce_grads_(params)  # data parallel: the gradient of the global batch
         if self.config.max_grad_norm is not None:
@@ -276,7 +290,10 @@ class Algorithm(ABC):
             )
 
     def _normalized_advantages(self, advantages: Tensor) -> Tensor:
-        """``(A - mean) / std`` with the mean and std of the batch on every rank."""
+        """``(A - mean) / std`` with the mean and std of the batch on every rank (of each
+        seed's rows, with seeds)."""
+        if self.seeds is not None:
+            return normalize_per_seed(advantages, self.num_seeds)
         if self.world_size == 1:
             std, mean = torch.std_mean(advantages, correction=0)
         else:
@@ -361,6 +378,7 @@ class Algorithm(ABC):
             "reward_scaler": self.reward_scaler.state_dict(),
             "grad_scaler": self.grad_scaler.state_dict(),
             "counters": {"env_steps": self.env_steps, "num_collects": self.num_collects, "num_steps": self.num_steps},
+            **({"seeds": self.seeds.state_dict()} if self.seeds is not None else {}),
             **self.rollout.state_dict(),
             "rng": {"cpu": torch.get_rng_state()},
         }
@@ -385,6 +403,8 @@ class Algorithm(ABC):
                 group["lr"] = self._lr_applied
         self._set_lr(lr)
         self.grad_scaler.load_state_dict(state["grad_scaler"])
+        if self.seeds is not None:
+            self.seeds.load_state_dict(state["seeds"])
         counters = state["counters"]
         self.env_steps = counters["env_steps"]
         self.num_collects = counters["num_collects"]

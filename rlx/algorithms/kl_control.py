@@ -42,31 +42,35 @@ class KLEarlyStop:
     Args:
         target: ``target_kl_div``.
         device: Where the decision lives.
+        num_seeds: ``S > 1``: one decision per seed (``open`` and ``applied`` are ``[S]``,
+            judged on ``[S]`` KLs); the caller applies ``open`` to each seed's step.
     """
 
-    def __init__(self, target: float, device: torch.device) -> None:
+    def __init__(self, target: float, device: torch.device, num_seeds: int = 1) -> None:
         self.limit = EARLY_STOP_FACTOR * float(target)
-        #: ``[]`` 1.0 while optimizer steps apply, 0.0 once the stop triggered.
-        self.open = torch.ones((), device=device)
-        #: ``[]`` optimizer steps applied (with a nonzero LR) in this ``step()``.
-        self.applied = torch.zeros((), device=device)
+        shape = (num_seeds,) if num_seeds > 1 else ()
+        #: ``[]`` (``[S]``) 1.0 while optimizer steps apply, 0.0 once the stop triggered.
+        self.open = torch.ones(shape, device=device)
+        #: ``[]`` (``[S]``) optimizer steps applied (with a nonzero LR) in this ``step()``.
+        self.applied = torch.zeros(shape, device=device)
 
     def begin(self) -> None:
         """Start a ``step()``: every step may apply, none has."""
         self.open.fill_(1.0)
         self.applied.zero_()
 
-    def gate(self, kl: Tensor, lr: Tensor, lr_applied: Tensor) -> None:
+    def gate(self, kl: Tensor, lr: Tensor | None, lr_applied: Tensor | None) -> None:
         """Judge the optimizer step about to run on its ``[]`` KL, and write the learning
         rate it applies (``lr``, or 0 from the first step judged above the limit on)
         into ``lr_applied``."""
         self.open.mul_(kl <= self.limit)
-        torch.mul(lr, self.open, out=lr_applied)
+        if lr is not None:
+            torch.mul(lr, self.open, out=lr_applied)
         self.applied.add_(self.open)
 
     def stopped(self) -> Tensor:
-        """``[]`` bool: the stop triggered in this ``step()``."""
-        return self.open == 0
+        """``[]`` bool: the stop triggered in this ``step()`` (with seeds: for every seed)."""
+        return (self.open == 0).all()
 
 
 def adapted_lr(lr: float, kl: float, target: float, bounds: tuple[float, float]) -> float:

@@ -26,6 +26,7 @@ from rlx.cuda_graphs import GraphedCall
 from rlx.policy import EvalOutput, Obs
 from rlx.rollout import ActFn, ValueFn
 from rlx.schedulers import Schedule
+from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation
 from rlx.stats import Stats
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ def ppo_losses(
     vf_clip_param: float | None,
     vf_coeff: float,
     entropy_coeff: float | Tensor,
+    num_seeds: int = 1,
 ) -> PPOLosses:
     """The clipped PPO objective, as a loss to minimise.
 
@@ -95,7 +97,15 @@ def ppo_losses(
     Args:
         logp, entropy, values: ``[M, 1]`` from the current policy (with grad).
         old_logp, old_values, advantages, returns: ``[M, 1]`` from the rollout.
+        num_seeds: ``S > 1``: the rows are S equal seed-major blocks and every term is
+            ``[S]``, each seed's mean (the gradient of ``total.sum()`` is then each seed's own).
     """
+    if num_seeds > 1:
+        def mean(x: Tensor) -> Tensor:
+            return x.view(num_seeds, -1).mean(dim=1)
+    else:
+        def mean(x: Tensor) -> Tensor:
+            return x.mean()
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     surrogate = ratio * advantages
@@ -103,18 +113,18 @@ def ppo_losses(
     objective = torch.min(surrogate, clipped)
     if dual_clip_param is not None:
         objective = torch.where(advantages < 0, torch.max(objective, dual_clip_param * advantages), objective)
-    policy_loss = -objective.mean()
+    policy_loss = -mean(objective)
     squared_error = (values - returns).square()
     if vf_clip_param is not None:
         values_clipped = old_values + torch.clamp(values - old_values, -vf_clip_param, vf_clip_param)
         squared_error = torch.max(squared_error, (values_clipped - returns).square())
-    vf_loss = 0.5 * squared_error.mean()
-    entropy_loss = -entropy.mean()
+    vf_loss = 0.5 * mean(squared_error)
+    entropy_loss = -mean(entropy)
     total = policy_loss + vf_coeff * vf_loss + entropy_coeff * entropy_loss
     with torch.no_grad():
         log_ratio = log_ratio.detach().float()
-        kl = (torch.expm1(log_ratio) - log_ratio).mean()
-        clip_fraction = ((ratio.detach() - 1.0).abs() > clip_param).float().mean()
+        kl = mean(torch.expm1(log_ratio) - log_ratio)
+        clip_fraction = mean(((ratio.detach() - 1.0).abs() > clip_param).float())
     return PPOLosses(total, policy_loss.detach(), vf_loss.detach(), entropy_loss.detach(), kl, clip_fraction)
 
 
@@ -157,7 +167,7 @@ class PPO(Algorithm):
         self.update_graph: GraphedCall[Tensor] | None = None
         self.kl_stop = None
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
-            self.kl_stop = KLEarlyStop(config.target_kl_div, self.device)
+            self.kl_stop = KLEarlyStop(config.target_kl_div, self.device, self.num_seeds)
         self._loss_fn = self._losses
         if config.compile:
             if not isinstance(self.env.observation_spec.zero(), Tensor):
@@ -175,8 +185,9 @@ class PPO(Algorithm):
 
     @property
     def needs_tensor_lr(self) -> bool:
-        # The KL early stop gates the LR on the device.
-        return self.config.cudagraphs or (self.config.target_kl_div is not None and not self.config.kl_adaptive_lr)
+        # The KL early stop gates the LR on the device (with seeds: each seed's step instead).
+        kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr and self.config.num_seeds == 1
+        return self.config.cudagraphs or kl_stop
 
     def _rollout_fns(self) -> tuple[ActFn | None, ValueFn | None]:
         if not self.config.compile:
@@ -192,12 +203,17 @@ class PPO(Algorithm):
     def _micro_batch_units(self) -> int:
         """Units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
         micro = self.config.micro_batch_size
+        if self.config.num_seeds > 1:
+            return sys.maxsize  # passes of rows would split the seeds unevenly
         if micro is None:
             micro = default_cpu_micro_batch_size(self.policy.model) if self.device.type == "cpu" else 0
         return max(1, micro // self.minibatches.unit_samples) if micro else sys.maxsize
 
     def _minibatch_bounds(self) -> list[tuple[int, int]]:
         """``(first unit, units)`` of each minibatch of an epoch."""
+        if self.seeds is not None:  # S * m rows each, m of every seed (rlx.seeds)
+            n = self.config.num_envs * self.horizon
+            return seed_major_permutation(self.num_seeds, n, min(self.config.minibatch_size, n), shuffle=False)[1]
         n = self.minibatches.num_units(self.num_envs, self.horizon)
         m = self.config.minibatch_size // self.minibatches.unit_samples
         return [(start, min(m, n - start)) for start in range(0, n, m)]
@@ -251,13 +267,18 @@ class PPO(Algorithm):
         bounds = self._minibatch_bounds()
         num_minibatches, N = len(bounds), sum(size for _, size in bounds)
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        sums = torch.zeros(len(self.loss_fields._fields), device=self.device)  # in loss_fields' order
+        seeds = (self.num_seeds,) if self.seeds is not None else ()  # with seeds, every stat is [S]
+        sums = torch.zeros(len(self.loss_fields._fields), *seeds, device=self.device)  # in loss_fields' order
         kl_index = self._kl_index
-        kl_max = torch.zeros((), device=self.device)
+        kl_max = torch.zeros(seeds, device=self.device)
         if control is not None:
             control.begin()
         epochs_run = 0
+        # With seeds and the KL early stop, a seed's statistics cover the epochs it ran in a
+        # single-seed run: those it was still open at the start of.
+        seed_epochs = torch.zeros(seeds, device=self.device) if seeds and control is not None else None
         for _ in range(cfg.num_sgd_iters):
+            running = control.open.clone() if seed_epochs is not None else None
             epoch = self._epoch(batch, N, num_minibatches)
             kl_so_far = torch.zeros((), device=self.device)  # with accumulation: the epoch's weighted KL
             for k, (lo, size) in enumerate(bounds):
@@ -271,29 +292,45 @@ class PPO(Algorithm):
                     step_now = not cfg.accumulate_grads or k == num_minibatches - 1
                     losses = self._update(mb, params, weight=weight, step=step_now, kl_so_far=kl_so_far)
                     kl_so_far = kl_so_far + weight * losses[kl_index] if cfg.accumulate_grads else kl_so_far
-                sums += losses
-                torch.maximum(kl_max, losses[kl_index], out=kl_max)
+                if running is not None:
+                    sums += losses * running
+                    torch.where(running > 0, torch.maximum(kl_max, losses[kl_index]), kl_max, out=kl_max)
+                else:
+                    sums += losses
+                    torch.maximum(kl_max, losses[kl_index], out=kl_max)
             epochs_run += 1
+            if seed_epochs is not None:
+                seed_epochs += running
             if control is not None:
                 with allowed_sync():
                     if control.stopped().item():  # SYNC: one per epoch, the KL early stop
                         break
-        means = self.loss_fields(*(sums / (epochs_run * num_minibatches)).unbind())
+        epochs = seed_epochs.clamp(min=1) if seed_epochs is not None else epochs_run
+        means = self.loss_fields(*(sums / (epochs * num_minibatches)).unbind())
         return self._step_stats(means, batch, kl_max), epochs_run
 
     def _step_stats(self, means: tuple, batch: Batch, kl_max: Tensor) -> Stats:
-        """``step()``'s statistics by name, on the device."""
+        """``step()``'s statistics by name, on the device (with seeds: ``seed{i}/...`` for
+        each, and their mean under the plain name)."""
         stats = Stats()
+        per_seed = SeedStats(stats, self.num_seeds) if self.seeds is not None else None
+        add = per_seed.add if per_seed is not None else stats.add
         for field, value in means._asdict().items():
             if field in LOSS_STATS:
-                stats.add(LOSS_STATS[field], value)
+                add(LOSS_STATS[field], value)
         kl = self._kl_after_update(batch)
-        stats.add("monitors/kl_div", kl)
-        stats.add("monitors/kl_div_max", torch.maximum(kl_max, kl), "max")
+        add("monitors/kl_div", kl)
+        add("monitors/kl_div_max", torch.maximum(kl_max, kl), "max")
         control = self.kl_stop
         if control is not None:
-            stats.add("monitors/optimizer_steps", control.applied)
-            self._lr_applied.copy_(self._lr_tensor)  # the groups hold the base LR between steps
+            add("monitors/optimizer_steps", control.applied)
+            if self._lr_applied is not None:
+                self._lr_applied.copy_(self._lr_tensor)  # the groups hold the base LR between steps
+        if self.seeds is not None:  # 1 while a seed updates, 0 once it diverged or is done
+            active = self.seeds.active()
+            for i in range(self.num_seeds):
+                stats.add(f"seed{i}/active", active[i], "min")
+            stats.add("seeds/active", active.sum(), "sum")
         if self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
             stats.add("monitors/lr", self._lr_tensor.clone())
         stats.add("params/finite", self._params_finite(), "min")
@@ -304,6 +341,10 @@ class PPO(Algorithm):
         """``[]``: KL(rollout policy || policy now) on the whole rollout, ``E[(r-1) - log r]``,
         in passes of one micro-batch (the actor only, where the model allows)."""
         n = self.minibatches.num_units(self.num_envs, self.horizon)
+        if self.seeds is not None:  # one pass (no micro-batches with seeds): each seed's mean
+            logp, old_logp = self.minibatches.log_prob(self.policy, batch)
+            log_ratio = (logp - old_logp).float()
+            return per_seed_mean(torch.expm1(log_ratio) - log_ratio, self.num_seeds)
         total = torch.zeros((), device=self.device)
         for lo in range(0, n, min(self._micro_units, n)):
             part = {key: x[lo : lo + self._micro_units] for key, x in batch.items()}
@@ -315,11 +356,16 @@ class PPO(Algorithm):
     def _epoch(self, batch: Batch, N: int, num_minibatches: int) -> Batch:
         """The batch in this epoch's order: one gather per epoch into contiguous memory,
         whose minibatches are views."""
-        if not self.config.shuffle_minibatches or num_minibatches == 1:
-            # The batch is already contiguous, and one whole-batch minibatch takes the
-            # same mean in any order: no permutation, no copy.
+        if num_minibatches == 1 or (not self.config.shuffle_minibatches and self.seeds is None):
+            # The batch is already contiguous (and seed-major), and one whole-batch
+            # minibatch takes the same mean in any order: no permutation, no copy.
             return batch
-        index = torch.randperm(N, device=self.device)
+        if self.seeds is not None:  # each minibatch takes the same rows of every seed
+            n = N // self.num_seeds
+            index, _ = seed_major_permutation(self.num_seeds, n, min(self.config.minibatch_size, n), device=self.device,
+                                              shuffle=self.config.shuffle_minibatches)
+        else:
+            index = torch.randperm(N, device=self.device)
         epoch = {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
         if not self._epoch_batch:
             self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
@@ -361,7 +407,8 @@ class PPO(Algorithm):
     def _backward(self, mb: Batch, weight: float) -> Tensor:
         """Forward, PPO losses and backward of ``weight * loss`` (no optimizer step)."""
         losses = self._loss_fn(mb)
-        self.grad_scaler.scale(losses.total * weight if weight != 1.0 else losses.total).backward()
+        total = losses.total.sum() if self.seeds is not None else losses.total  # with seeds: the sum of their losses
+        self.grad_scaler.scale(total * weight if weight != 1.0 else total).backward()
         return torch.stack([losses.total.detach(), *losses[1:]])
 
     def _losses(self, mb: Batch) -> tuple:
@@ -386,6 +433,7 @@ class PPO(Algorithm):
             vf_clip_param=cfg.vf_clip_param,
             vf_coeff=cfg.vf_coeff,
             entropy_coeff=self.entropy_coeff,
+            num_seeds=self.num_seeds,
         )
 
     def _graphed_update(self, mb: Batch, params: list) -> Tensor:

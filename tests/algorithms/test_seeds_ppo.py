@@ -1,0 +1,149 @@
+"""PPO with ``num_seeds = S``: each seed's update is a single-seed run's, and seeds do not
+touch each other (issue #20's equivalence and independence)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlx import AlgorithmConfig, ConfigError, NPGConfig
+from rlx.envs import CartPole, Pendulum
+from rlx.seeds import StackedMLPActorCritic
+
+B, T = 8, 16
+BUFFER_KEYS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "final_values")
+
+
+def _config(**kwargs) -> dict:
+    # SGD: its step is the gradient itself, so float32 rounding of the batched versus the
+    # single matmuls stays at rounding level (Adam's first steps would turn it into
+    # lr-sized moves; Adam's equivalence is tested in float64 in tests/test_seeds.py).
+    base = dict(num_envs=B, horizon=T, device="cpu", seed=0, optimizer_cls=torch.optim.SGD,
+                optimizer_config={"lr": 0.05}, model_config={"hiddens": [16, 16], "activation_fn": "tanh"})
+    return {**base, **kwargs}
+
+
+def _feed_seed(multi, single, i: int) -> None:
+    """Give ``single`` seed i's parameters, rollout and reward scale."""
+    single.policy.model.load_state_dict(multi.policy.model.unstack(i).state_dict())
+    rows = slice(i * B, (i + 1) * B)
+    for key in BUFFER_KEYS:
+        if key in multi.buffer.keys():
+            single.buffer.get(key).copy_(multi.buffer.get(key)[rows])
+    stats, one = multi.reward_scaler.stats, single.reward_scaler.stats
+    one.mean.copy_(stats.mean[i])
+    one.var.copy_(stats.var[i])
+    one.count.copy_(stats.count)
+
+
+@pytest.mark.parametrize(
+    "env_cls,extra",
+    [
+        (CartPole, {}),  # whole-buffer minibatch
+        (CartPole, {"sgd_minibatch_size": 32, "shuffle_minibatches": False, "max_grad_norm": 0.1}),
+        (Pendulum, {"sgd_minibatch_size": 48, "shuffle_minibatches": False, "target_kl_div": 1e-3,
+                    "optimizer_config": {"lr": 0.02}}),
+        (Pendulum, {"normalize_rewards": False, "num_sgd_iters": 2}),
+    ],
+    ids=["whole-batch", "minibatches-clip", "kl-early-stop", "no-reward-scaling"],
+)
+def test_each_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: dict) -> None:
+    S = 3
+    multi = AlgorithmConfig(**_config(num_seeds=S, **extra)).build(env_cls)
+    multi.collect()
+    singles = []
+    for i in range(S):
+        single = AlgorithmConfig(**_config(**extra)).build(env_cls)
+        single.collect()
+        _feed_seed(multi, single, i)
+        singles.append(single)
+    out = multi.step()
+    steps = []
+    for i, single in enumerate(singles):
+        one = single.step()
+        for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        for key in ("losses/policy", "losses/vf", "monitors/kl_div", "monitors/clip_fraction"):
+            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
+        if "target_kl_div" in extra:
+            assert out[f"seed{i}/monitors/optimizer_steps"] == one["monitors/optimizer_steps"]
+            steps.append(one["monitors/optimizer_steps"])
+    if steps:  # each seed stopped at its own point (4 epochs of 3 minibatches: 12 steps at most)
+        assert len(set(steps)) > 1 and min(steps) < 12
+
+
+def test_a_diverged_seed_is_frozen_and_the_others_update_as_without_it() -> None:
+    """NaN rewards in seed 0's rollout: its gradient is NaN, so it keeps its parameters
+    and is marked inactive for good; seeds 1 and 2 update exactly as in a clean run."""
+    S = 3
+    runs = []
+    for poison in (False, True):
+        algo = AlgorithmConfig(**_config(num_seeds=S, sgd_minibatch_size=32)).build(CartPole)
+        algo.collect()
+        if poison:
+            algo.buffer.get("rewards")[1, 3] = float("nan")  # row 1: seed 0
+        before = [p.detach().clone() for p in algo.policy.model.parameters()]
+        stats = algo.step()
+        runs.append((algo, stats, before))
+    (clean, clean_stats, _), (poisoned, stats, before) = runs
+    for a, b, start in zip(clean.policy.model.parameters(), poisoned.policy.model.parameters(), before):
+        assert torch.equal(a[1:], b[1:])
+        assert torch.equal(b[0], start[0])
+    assert stats["seed0/active"] == 0.0 and stats["seed1/active"] == 1.0 and stats["seeds/active"] == 2.0
+    assert clean_stats["seeds/active"] == 3.0
+    assert all(math.isfinite(p.detach().sum().item()) for p in poisoned.policy.model.parameters())
+    poisoned.collect()  # the frozen seed still acts (finite parameters), and stays frozen
+    frozen = [p.detach()[0].clone() for p in poisoned.policy.model.parameters()]
+    assert poisoned.step()["seed0/active"] == 0.0
+    for p, f in zip(poisoned.policy.model.parameters(), frozen):
+        assert torch.equal(p.detach()[0], f)
+
+
+def test_seeds_share_nothing_in_the_reward_scaler_and_report_their_own_episodes() -> None:
+    S = 2
+    algo = AlgorithmConfig(**_config(num_seeds=S)).build(Pendulum)
+    stats = algo.collect()
+    scaler = algo.reward_scaler
+    assert scaler.stats.mean.shape == (S,)
+    rewards = algo.buffer.get("rewards")[:, :T, 0]
+    assert not torch.equal(scaler.stats.mean[0], scaler.stats.mean[1])  # each seed's returns, not the pool
+    assert set(k for k in stats if k.startswith("seed")) >= {f"seed{i}/episodes/{n}" for i in range(S)
+                                                            for n in ("count", "return_mean", "length_mean")}
+    assert rewards.shape == (S * B, T)
+    assert algo.env.num_envs == S * B
+    assert algo.env_steps == B * T  # per seed: the schedules of a single-seed run
+
+
+def test_seeds_resume_exactly() -> None:
+    def run(resume_at: int | None) -> list[torch.Tensor]:
+        algo = AlgorithmConfig(**_config(num_seeds=2, sgd_minibatch_size=64)).build(CartPole)
+        for k in range(3):
+            if k == resume_at:
+                state = algo.state_dict()
+                algo = AlgorithmConfig(**_config(num_seeds=2, sgd_minibatch_size=64)).build(CartPole)
+                algo.load_state_dict(state)
+            algo.collect()
+            algo.step()
+        return [p.detach().clone() for p in algo.policy.model.parameters()]
+
+    for a, b in zip(run(None), run(2)):
+        assert torch.equal(a, b)
+
+
+def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match="NPGConfig.num_seeds: num_seeds=2 is supported by PPO"):
+        NPGConfig(num_seeds=2, device="cpu")
+    with pytest.raises(ConfigError, match="normalize_obs: is not supported with num_seeds=2"):
+        AlgorithmConfig(num_seeds=2, normalize_obs=True, device="cpu")
+    with pytest.raises(ConfigError, match="kl_adaptive_lr: is not supported with num_seeds=2"):
+        AlgorithmConfig(num_seeds=2, target_kl_div=0.01, kl_adaptive_lr=True, device="cpu")
+    with pytest.raises(ConfigError, match="model_cls: num_seeds=2 needs a model with a seed dim"):
+        AlgorithmConfig(num_seeds=2, model_cls=torch.nn.Linear, device="cpu")
+    with pytest.raises(ConfigError, match="num_seeds: must be"):
+        AlgorithmConfig(num_seeds=0, device="cpu")
+    stacked = StackedMLPActorCritic(CartPole(1, 1).observation_spec, CartPole(1, 1).action_spec, num_params=(2, 0),
+                                    num_seeds=3)
+    with pytest.raises(ConfigError, match="model: stacks 3 seeds, but num_seeds=2"):
+        AlgorithmConfig(num_seeds=2, model=stacked, device="cpu")
