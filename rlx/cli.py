@@ -1,6 +1,6 @@
 """The ``rlx`` command: train, eval, plot, export, bench, check-env, envs.
 
-    rlx train CONFIG [--set key=value ...] [--run-dir DIR] [--resume]
+    rlx train CONFIG [--set key=value ...] [--run-dir DIR] [--resume] [--seeds S]
     rlx eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--num-envs B]
     rlx plot RUN_DIR [--out FILE.png]
     rlx export RUN_DIR [--out policy.pt]
@@ -33,7 +33,10 @@ def _cmd_train(args: argparse.Namespace) -> int:
     from rlx.env import resolve_device
     from rlx.run_config import load_run_config
 
-    run = load_run_config(args.config, args.set or [])
+    overrides = list(args.set or [])
+    if args.seeds is not None:
+        overrides.append(f"config.num_seeds={args.seeds}")
+    run = load_run_config(args.config, overrides)
     # Under torchrun: join the process group (NCCL for CUDA training, else gloo).
     distributed = rdist.init_from_env(device_type=resolve_device(run.config.device).type)
     try:
@@ -89,7 +92,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from rlx.evaluation import evaluate_policy
     from rlx.run_config import env_factory
 
-    policy, run = policy_from_checkpoint(args.path, device=args.device)
+    policy, run = policy_from_checkpoint(args.path, device=args.device, seed=args.seed)
     env = env_factory(run["env"], run.get("env_kwargs"))(args.num_envs, None, device=args.device)
     stats = evaluate_policy(policy, env, episodes=args.episodes, max_steps=args.max_steps, deterministic=not args.stochastic)
     for key, value in stats.items():
@@ -98,13 +101,16 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 
 
 def _cmd_plot(args: argparse.Namespace) -> int:
-    from rlx.plotting import plot_run, plot_seeds
+    from rlx.plotting import is_multi_seed_run, plot_run, plot_seeds
 
-    if len(args.run_dir) == 1:
+    one = len(args.run_dir) == 1
+    if one and not is_multi_seed_run(args.run_dir[0]):
         out = plot_run(args.run_dir[0], args.out)
         print(f"wrote {out}")
         return 0
-    out_path = args.out or Path(args.run_dir[0]).resolve().parent / "seeds.png"
+    # Several runs, or one run of num_seeds > 1 (its seeds drawn as separate runs).
+    first = Path(args.run_dir[0]).resolve()
+    out_path = args.out or (first / "seeds.png" if one else first.parent / "seeds.png")
     out, s = plot_seeds(args.run_dir, out_path, args.metric, args.threshold)
     print(f"{s['seeds']} seeds, {s['metric']} (IQM [95% bootstrap CI]" + (", n/a for 1 seed" if s["seeds"] < 2 else "")
           + "):")
@@ -124,10 +130,10 @@ def _cmd_export(args: argparse.Namespace) -> int:
     from rlx.export import export_onnx, export_torchscript
 
     if args.format == "onnx":
-        out = export_onnx(args.path, args.out or Path(args.path) / "policy.onnx")
+        out = export_onnx(args.path, args.out or Path(args.path) / "policy.onnx", seed=args.seed)
         print(f"wrote {out} (ONNX: raw observations in, env actions out; run with onnxruntime)")
         return 0
-    out = export_torchscript(args.path, args.out or Path(args.path) / "policy.pt")
+    out = export_torchscript(args.path, args.out or Path(args.path) / "policy.pt", seed=args.seed)
     print(f"wrote {out} (TorchScript; load with torch.jit.load or rlx.load_policy)")
     return 0
 
@@ -188,6 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--run-dir", help="run directory (default: runs/<config name>-<timestamp>)")
     train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
     train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    train.add_argument("--seeds", type=int, metavar="S",
+                       help="train S independent agents at once (seeds seed..seed+S-1; config.num_seeds), PPO only")
     train.set_defaults(func=_cmd_train)
 
     ev = sub.add_parser("eval", help="evaluate a trained policy", description="Evaluate a trained policy deterministically.")
@@ -197,6 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-steps", type=int, default=10_000, help="give up after this many env steps (default 10000)")
     ev.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     ev.add_argument("--device", default="cpu", help="device for the policy and env (default cpu)")
+    ev.add_argument("--seed", type=int, help="which agent of a multi-seed run (0 <= i < num_seeds)")
     ev.set_defaults(func=_cmd_eval)
 
     plot = sub.add_parser(
@@ -220,6 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript",
                         help="torchscript (runs with torch alone) or onnx (pip install 'rlx[onnx]')")
     export.add_argument("--out", help="output file (default RUN_DIR/policy.pt, or policy.onnx)")
+    export.add_argument("--seed", type=int, help="which agent of a multi-seed run (0 <= i < num_seeds)")
     export.set_defaults(func=_cmd_export)
 
     bench = sub.add_parser(

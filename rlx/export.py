@@ -89,30 +89,57 @@ class DeployedRecurrentPolicy(DeployedPolicy):
         return step.env_actions, step.state
 
 
-def policy_from_checkpoint(path: str | Path, *, device: str | torch.device = "cpu") -> tuple[PolicyBase, dict[str, Any]]:
+def policy_from_checkpoint(
+    path: str | Path, *, device: str | torch.device = "cpu", seed: int | None = None
+) -> tuple[PolicyBase, dict[str, Any]]:
     """Rebuild the trained :class:`~rlx.policy.Policy` of a run directory or checkpoint.
 
     Builds one sub-env of the run's env class to read its specs, then the policy from
     the recorded config, then loads the trained weights and normalizer statistics.
 
+    Args:
+        seed: For a run of ``num_seeds > 1``: which seed's agent (``0 <= seed <
+            num_seeds``), as a single-seed policy. A one-seed run takes ``None`` (or 0).
+
     Returns:
         ``(policy, run_config_dict)``.
+
+    Raises:
+        ValueError: a multi-seed run without ``seed``, or a ``seed`` out of range.
     """
     state = load_checkpoint(checkpoint_path(path))
     run = state["config"]
     algo_config = config_from_dict(ALGORITHMS[run["algorithm"]], run["config"], where="checkpoint config")
+    num_seeds = getattr(algo_config, "num_seeds", 1)
+    if num_seeds > 1 and seed is None:
+        raise ValueError(f"{path}: this run trained {num_seeds} seeds; pick one with --seed i (0 <= i < {num_seeds})")
+    if seed is not None and not 0 <= seed < num_seeds:
+        raise ValueError(f"{path}: seed {seed} is not in [0, {num_seeds}): the run trained {num_seeds} seed(s)")
     env = env_factory(run["env"], run.get("env_kwargs"))(1, None, device=torch.device(device))
-    policy = algo_config.algorithm_cls.policy_cls(
-        env.observation_spec,
-        env.action_spec,
-        model_cls=algo_config.model_cls,
-        model_config=algo_config.model_config,
-        distribution_cls=algo_config.distribution_cls,
-        normalize_obs=algo_config.normalize_obs,
-        device=device,
-        obs_groups=algo_config.obs_groups,
-    )
-    policy.load_state_dict(state["algorithm"]["policy"])
+
+    def build(model_cls: Any, model_config: dict[str, Any] | None) -> PolicyBase:
+        return algo_config.algorithm_cls.policy_cls(
+            env.observation_spec,
+            env.action_spec,
+            model_cls=model_cls,
+            model_config=model_config,
+            distribution_cls=algo_config.distribution_cls,
+            normalize_obs=algo_config.normalize_obs,
+            device=device,
+            obs_groups=algo_config.obs_groups,
+        )
+
+    if num_seeds == 1:
+        policy = build(algo_config.model_cls, algo_config.model_config)
+        policy.load_state_dict(state["algorithm"]["policy"])
+        return policy, run
+    from rlx.seeds import StackedMLPActorCritic
+
+    stacked = build(algo_config.model_cls or StackedMLPActorCritic,
+                    {**(algo_config.model_config or {}), "num_seeds": num_seeds})
+    stacked.load_state_dict(state["algorithm"]["policy"])
+    policy = build(None, algo_config.model_config)  # one agent: the single-seed model
+    policy.model.load_state_dict(stacked.model.unstack(seed).state_dict())
     return policy, run
 
 
@@ -123,7 +150,9 @@ def _is_torchscript(path: Path) -> bool:
         return any(name.endswith("constants.pkl") for name in archive.namelist())
 
 
-def load_policy(path: str | Path, *, deterministic: bool = True, device: str | torch.device = "cpu") -> nn.Module:
+def load_policy(
+    path: str | Path, *, deterministic: bool = True, device: str | torch.device = "cpu", seed: int | None = None
+) -> nn.Module:
     """Load a trained policy as a callable module: observations in, env actions out.
 
     Args:
@@ -132,24 +161,25 @@ def load_policy(path: str | Path, *, deterministic: bool = True, device: str | t
         deterministic: Take the distribution's mode (ignored for TorchScript files,
             which are exported deterministic).
         device: Where the module's parameters go.
+        seed: Which seed of a multi-seed run (see :func:`policy_from_checkpoint`).
     """
     path = Path(path)
     if _is_torchscript(path):
         return torch.jit.load(str(path), map_location=device)
-    policy, _ = policy_from_checkpoint(path, device=device)
+    policy, _ = policy_from_checkpoint(path, device=device, seed=seed)
     if policy.recurrent:
         return DeployedRecurrentPolicy(policy, deterministic=deterministic)
     return DeployedPolicy(policy, deterministic=deterministic)
 
 
-def export_torchscript(path: str | Path, out: str | Path, *, batch_size: int = 2) -> Path:
+def export_torchscript(path: str | Path, out: str | Path, *, batch_size: int = 2, seed: int | None = None) -> Path:
     """Trace the deterministic policy of a run into a TorchScript file.
 
     Raises:
         ValueError: the env's observations are a ``Composite`` (dict); tracing takes
             tensors only, so use :func:`load_policy` for such policies.
     """
-    policy, _ = policy_from_checkpoint(path)
+    policy, _ = policy_from_checkpoint(path, seed=seed)
     if not isinstance(policy.observation_spec.zero(), Tensor):
         raise ValueError("rlx export supports tensor observations only; load dict-observation policies with rlx.load_policy")
     if policy.recurrent:
@@ -206,7 +236,7 @@ def _onnx_obs_keys(policy: PolicyBase) -> list[str] | None:
     return keys
 
 
-def export_onnx(policy: PolicyBase | str | Path, out: str | Path, *, check_rows: int = 4096) -> Path:
+def export_onnx(policy: PolicyBase | str | Path, out: str | Path, *, check_rows: int = 4096, seed: int | None = None) -> Path:
     """Write the deterministic policy as an ONNX graph for deployment (``pip install 'rlx[onnx]'``).
 
     Inputs are raw observations, the normalizer is inside, and the outputs are env
@@ -225,13 +255,14 @@ def export_onnx(policy: PolicyBase | str | Path, out: str | Path, *, check_rows:
         policy: A trained policy, or a run directory / checkpoint to load it from.
         out: The ``.onnx`` file to write.
         check_rows: Observations of the check (0: no check).
+        seed: Which seed of a multi-seed run (see :func:`policy_from_checkpoint`).
 
     Raises:
         ValueError: nested Composite observations, a recurrent policy over a Composite
             observation, or an exported graph that disagrees with the eager policy.
     """
     if not isinstance(policy, PolicyBase):
-        policy, _ = policy_from_checkpoint(policy)
+        policy, _ = policy_from_checkpoint(policy, seed=seed)
     keys = _onnx_obs_keys(policy)
     if keys is not None and policy.recurrent:
         # torch.export cannot yet trace a TensorDict reshaped over a symbolic batch, which

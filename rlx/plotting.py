@@ -38,6 +38,31 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
+def seed_runs(run_dirs: list[str | Path]) -> list[tuple[str, list[dict[str, Any]]]]:
+    """``(label, rows)`` per seed: one per run directory, and one per seed of a run that
+    trained ``num_seeds > 1`` agents at once (its ``seed{i}/...`` metrics, as a run of
+    its own with the shared ``env_steps``)."""
+    out = []
+    for d in (Path(d) for d in run_dirs):
+        rows = read_metrics(d)
+        count = len({k.split("/", 1)[0] for row in rows for k in row if k.startswith("seed") and "/" in k
+                     and k.split("/", 1)[0][4:].isdigit()})
+        if count < 2:
+            out.append((d.name, rows))
+            continue
+        for i in range(count):
+            prefix = f"seed{i}/"
+            out.append((f"{d.name}/seed{i}", [{"env_steps": r.get("env_steps"),
+                                               **{k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix)}}
+                                              for r in rows]))
+    return out
+
+
+def is_multi_seed_run(run_dir: str | Path) -> bool:
+    """Whether a run directory holds the metrics of several seeds (``num_seeds > 1``)."""
+    return len(seed_runs([run_dir])) > 1
+
+
 def _series(rows: list[dict[str, Any]], x_key: str, y_key: str) -> tuple[list[float], list[float]]:
     xs, ys = [], []
     for row in rows:
@@ -138,15 +163,16 @@ def seed_summary(
     from rlx.seed_stats import bootstrap_ci, iqm, steps_to_reach
 
     dirs = [Path(d) for d in run_dirs]
-    rows_per_run = [read_metrics(d) for d in dirs]
+    runs = seed_runs(dirs)
+    rows_per_run = [rows for _, rows in runs]
     metric = _metric_of(rows_per_run, metric)
     curves = [_series(rows, "env_steps", metric) for rows in rows_per_run]
-    for d, (xs, _) in zip(dirs, curves):
+    for (label, _), (xs, _) in zip(runs, curves):
         if not xs:
-            raise ValueError(f"{d / 'metrics.jsonl'} reports no finite {metric!r}")
+            raise ValueError(f"{label}: metrics.jsonl reports no finite {metric!r}")
     finals = [ys[-1] for _, ys in curves]
     bests = [max(ys) for _, ys in curves]
-    out: dict[str, Any] = {"metric": metric, "seeds": len(dirs), "final": finals, "best": bests,
+    out: dict[str, Any] = {"metric": metric, "seeds": len(runs), "final": finals, "best": bests,
                            "final_iqm": iqm(finals), "final_ci": bootstrap_ci(finals),
                            "best_iqm": iqm(bests), "best_ci": bootstrap_ci(bests)}
     threshold = threshold if threshold is not None else _threshold_of(dirs[0], metric)
@@ -176,8 +202,8 @@ def plot_seeds(
 
     summary = seed_summary(run_dirs, metric, threshold)
     metric = summary["metric"]
-    dirs = [Path(d) for d in run_dirs]
-    curves = [_series(read_metrics(d), "env_steps", metric) for d in dirs]
+    runs = seed_runs(run_dirs)
+    curves = [_series(rows, "env_steps", metric) for _, rows in runs]
     grid, values = align(curves)
     centre = np.full(len(grid), np.nan)
     low, high = centre.copy(), centre.copy()
@@ -189,8 +215,8 @@ def plot_seeds(
         low[j], high[j] = bootstrap_ci(column, resamples=1000)
     fig = Figure(figsize=(9, 5.5), layout="constrained")
     ax = fig.add_subplot()
-    for d, (xs, ys) in zip(dirs, curves):
-        ax.plot(xs, ys, linewidth=0.7, alpha=0.45, label=d.name if len(dirs) <= 10 else None)
+    for (label, _), (xs, ys) in zip(runs, curves):
+        ax.plot(xs, ys, linewidth=0.7, alpha=0.45, label=label if len(runs) <= 10 else None)
     ax.fill_between(grid, low, high, color="black", alpha=0.15, linewidth=0, label="95% bootstrap CI of the IQM")
     ax.plot(grid, centre, color="black", linewidth=2.0, label="IQM over seeds")
     if "threshold" in summary:
@@ -199,7 +225,7 @@ def plot_seeds(
     ax.set_ylabel(metric)
     ax.grid(alpha=0.3)
     ax.legend(fontsize=7, loc="best")
-    ax.set_title(f"{len(dirs)} seeds: final {metric} IQM {summary['final_iqm']:.1f} "
+    ax.set_title(f"{len(runs)} seeds: final {metric} IQM {summary['final_iqm']:.1f} "
                  f"[{summary['final_ci'][0]:.1f}, {summary['final_ci'][1]:.1f}]", fontsize=10)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)

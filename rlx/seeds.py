@@ -292,6 +292,7 @@ class SeedGroup:
         self.num_seeds = num_seeds
         self.alive = torch.ones(num_seeds, dtype=torch.bool, device=device)
         self.done = torch.zeros(num_seeds, dtype=torch.bool, device=device)
+        self._done_host = [False] * num_seeds  # a host mirror: the trainer asks every iteration
 
     def active(self) -> Tensor:
         """``[S]`` float: 1 where a seed's updates apply."""
@@ -300,7 +301,13 @@ class SeedGroup:
     def mark_done(self, seeds: Sequence[int]) -> None:
         """Stop updating ``seeds`` (their stop condition was met); the others go on."""
         for i in seeds:
-            self.done[i] = True
+            if not self._done_host[i]:
+                self._done_host[i] = True
+                self.done[i] = True
+
+    def all_done(self) -> bool:
+        """Whether every seed met its stop condition (read on the host, no sync)."""
+        return all(self._done_host)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, params: list[Tensor], max_grad_norm: float | None,
                        gate: Tensor | None = None) -> None:
@@ -327,6 +334,7 @@ class SeedGroup:
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.alive.copy_(state["alive"])
         self.done.copy_(state["done"])
+        self._done_host = [bool(d) for d in state["done"].tolist()]
 
 
 class SeedStats:

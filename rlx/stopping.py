@@ -82,18 +82,30 @@ class MaxWallTime(_Stateless):
 
 @dataclasses.dataclass
 class MetricThreshold(_Stateless):
-    """Stop once ``metrics[key]`` is at least (``above=True``) or at most ``threshold``."""
+    """Stop once ``metrics[key]`` is at least (``above=True``) or at most ``threshold``.
+
+    With ``num_seeds > 1`` and a per-seed metric (``seed{i}/key``), each seed that meets
+    it is marked done and stops updating (:meth:`rlx.seeds.SeedGroup.mark_done`); the
+    run stops once every seed is done.
+    """
 
     key: str
     threshold: float
     above: bool = True
 
-    def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
-        value = metrics.get(self.key)
+    def _hit(self, value: float | None) -> bool:
         if value is None or math.isnan(value):
-            return None
-        hit = value >= self.threshold if self.above else value <= self.threshold
-        return f"{self.key} = {value:.4g} {'>=' if self.above else '<='} {self.threshold:g}" if hit else None
+            return False
+        return value >= self.threshold if self.above else value <= self.threshold
+
+    def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
+        op = ">=" if self.above else "<="
+        seeds = getattr(trainer.algorithm, "seeds", None)
+        if seeds is not None and f"seed0/{self.key}" in metrics:
+            seeds.mark_done([i for i in range(seeds.num_seeds) if self._hit(metrics.get(f"seed{i}/{self.key}"))])
+            return f"every seed reached {self.key} {op} {self.threshold:g}" if seeds.all_done() else None
+        value = metrics.get(self.key)
+        return f"{self.key} = {value:.4g} {op} {self.threshold:g}" if self._hit(value) else None
 
 
 @dataclasses.dataclass

@@ -115,6 +115,10 @@ class Trainer:
     ) -> None:
         self.algorithm = algorithm
         self.config = config or TrainerConfig()
+        if getattr(algorithm, "num_seeds", 1) > 1 and self.config.eval_every:
+            raise ValueError(f"trainer.eval_every: evaluation of num_seeds={algorithm.num_seeds} agents in one run "
+                             f"is not supported yet, got eval_every={self.config.eval_every}; set it to 0 and evaluate "
+                             "a seed afterwards with rlx eval RUN_DIR --seed i")
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.run_config = run_config
         self.stop_conditions = stop_conditions_from_config(self.config) + list(stop_conditions)

@@ -1,0 +1,94 @@
+"""``rlx train CONFIG --seeds S`` end to end: per-seed stop, metrics, resume, eval, export, plot."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlx import AlgorithmConfig
+from rlx.checkpoint import latest_checkpoint
+from rlx.cli import main
+from rlx.envs import CartPole
+from rlx.export import load_policy, policy_from_checkpoint
+from rlx.run_config import TrainerConfig
+from rlx.trainer import Trainer
+
+ROOT = Path(__file__).resolve().parents[1]
+CARTPOLE = str(ROOT / "configs" / "cartpole_ppo.yaml")
+
+
+def _rows(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
+
+
+def test_eight_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsys) -> None:
+    """Every seed reaches the config's stop_at (mean episode length 475) within its
+    300k-step budget; a seed that gets there stops updating, and the run stops when the
+    last one does. Its agents evaluate, export and plot one by one."""
+    run_dir = tmp_path / "run"
+    assert main(["train", CARTPOLE, "--seeds", "8", "--run-dir", str(run_dir), "--threads", "1"]) == 0
+    assert "stopped: every seed reached episodes/length_mean >= 475" in capsys.readouterr().out
+    rows = _rows(run_dir)
+    assert rows[-1]["env_steps"] < 300_000
+    for i in range(8):
+        lengths = [r[f"seed{i}/episodes/length_mean"] for r in rows if r.get(f"seed{i}/episodes/length_mean") is not None]
+        assert max(lengths) >= 475, i
+    # Seeds that got there first stopped updating while the others went on (the last
+    # row's step ran before its seeds were judged done).
+    assert rows[-1]["seeds/active"] < 8 or min(r["seeds/active"] for r in rows) < 8
+    assert any(r["seeds/active"] < 8 for r in rows[:-1]) or len(rows) == 1
+    state = torch.load(latest_checkpoint(run_dir), weights_only=True)
+    assert state["algorithm"]["seeds"]["done"].all()
+
+    assert main(["eval", str(run_dir), "--seed", "5", "--episodes", "4", "--num-envs", "4"]) == 0
+    out = capsys.readouterr().out
+    assert float(out.split("eval/return_mean:")[1].split()[0]) >= 400  # seed 5's agent on its own
+    assert main(["eval", str(run_dir)]) == 2  # a multi-seed run needs --seed: a usage error
+    assert "this run trained 8 seeds; pick one with --seed i" in capsys.readouterr().err
+    assert main(["export", str(run_dir), "--seed", "1", "--out", str(tmp_path / "p1.pt")]) == 0
+    scripted = torch.jit.load(str(tmp_path / "p1.pt"))
+    one = load_policy(run_dir, seed=1)
+    obs = torch.randn(5, 4)
+    assert torch.equal(scripted(obs), one(obs))
+
+    pytest.importorskip("matplotlib")
+    assert main(["plot", str(run_dir), "--metric", "episodes/length_mean"]) == 0
+    out = capsys.readouterr().out
+    assert "8 seeds, episodes/length_mean" in out and "reached by 8 of 8 seeds" in out
+    assert (run_dir / "seeds.png").is_file()
+
+
+def test_seed_i_of_a_checkpoint_is_seed_i_of_the_stack(tmp_path) -> None:
+    algo = AlgorithmConfig(num_envs=8, horizon=8, num_seeds=3, device="cpu", seed=0,
+                           model_config={"hiddens": [16]}).build(CartPole)
+    trainer = Trainer(algo, TrainerConfig(max_iterations=1), run_dir=tmp_path / "run")
+    trainer.run()
+    obs = torch.randn(6, 4)
+    for i in range(3):
+        policy, _ = policy_from_checkpoint(tmp_path / "run", seed=i)
+        single = algo.policy.model.unstack(i)
+        torch.testing.assert_close(policy.model(obs)[0], single(obs)[0])
+    with pytest.raises(ValueError, match=r"seed 3 is not in \[0, 3\)"):
+        policy_from_checkpoint(tmp_path / "run", seed=3)
+
+
+def test_done_seeds_stay_done_across_a_resume_and_evaluation_is_refused(tmp_path) -> None:
+    def build():
+        return AlgorithmConfig(num_envs=8, horizon=8, num_seeds=2, device="cpu", seed=0).build(CartPole)
+
+    algo = build()
+    algo.seeds.mark_done([1])
+    algo.collect()
+    frozen = [p.detach()[1].clone() for p in algo.policy.model.parameters()]
+    stats = algo.step()
+    assert stats["seed1/active"] == 0.0 and stats["seed0/active"] == 1.0
+    for p, f in zip(algo.policy.model.parameters(), frozen):
+        assert torch.equal(p.detach()[1], f)
+    resumed = build()
+    resumed.load_state_dict(algo.state_dict())
+    assert resumed.seeds.all_done() is False and resumed.seeds.done.tolist() == [False, True]
+    with pytest.raises(ValueError, match="trainer.eval_every: evaluation of num_seeds=2 agents"):
+        Trainer(build(), TrainerConfig(max_iterations=1, eval_every=1))
