@@ -92,7 +92,8 @@ def _peak_memory_mb(device: torch.device) -> float:
 
 
 def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
-              amp: bool, iters: int, warmup: int, cudagraphs: bool = False, compile: bool = False) -> dict:
+              amp: bool, iters: int, warmup: int, cudagraphs: bool = False, compile: bool = False,
+              num_seeds: int = 1) -> dict:
     import rlx.envs
     from rlx import A2CConfig, AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
     from rlx.env import resolve_device
@@ -108,7 +109,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
         # for thousands of GPU envs (num_mini_batches=4).
         minibatch = min(num_envs * horizon, 32768) if algo_name == "ppo" else max(num_envs * horizon // 4, 1)
         config = AlgorithmConfig(**common, num_sgd_iters=4, sgd_minibatch_size=minibatch,
-                                 cudagraphs=cudagraphs, compile=compile)
+                                 cudagraphs=cudagraphs, compile=compile, num_seeds=num_seeds)
         epochs = config.num_sgd_iters
     elif algo_name == "recurrent_ppo":
         seq_len = min(16, horizon)
@@ -145,10 +146,11 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
         if i >= warmup:
             collect_s.append(t1 - t0)
             step_s.append(t2 - t1)
-    n = num_envs * horizon
+    n = num_envs * horizon * num_seeds  # every seed's transitions
     c, s = statistics.median(collect_s), statistics.median(step_s)
     return {
-        "env": env_name, "algo": algo_name, "num_envs": num_envs, "horizon": horizon, "hiddens": hiddens, "amp": amp,
+        "env": env_name, "algo": algo_name, "num_envs": num_envs, "num_seeds": num_seeds, "horizon": horizon,
+        "hiddens": hiddens, "amp": amp,
         "cudagraphs": cudagraphs, "compile": compile and algo_name in ("ppo", "ppo_4mb", "a2c"), "warmup": warmup,
         "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
         "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
@@ -168,6 +170,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--envs", nargs="+",
                         help="built-in env names (default CartPole Pendulum DiscreteDummyEnv; --quick: CartPole DiscreteDummyEnv)")
     parser.add_argument("--hiddens", type=int, nargs="+", default=[64, 64], help="MLP widths (default 64 64)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1],
+                        help="PPO: agents trained at once (num_seeds), each with B envs, e.g. 1 4 16 64 (default 1); "
+                        "throughputs count every seed's env steps")
     parser.add_argument("--amp", action="store_true", help="mixed precision (bf16 on CPU, fp16 on CUDA)")
     parser.add_argument("--cudagraphs", action="store_true", help="PPO: CUDA-graph the minibatch update, and collect's T loop for graph-safe envs")
     parser.add_argument("--compile", action="store_true",
@@ -190,6 +195,7 @@ def _command_line(args: argparse.Namespace) -> str:
     parts += ["--num-envs", *map(str, args.num_envs)] if args.num_envs else []
     parts += ["--horizon", str(args.horizon), "--algos", *args.algos, "--envs", *_envs(args)]
     parts += ["--hiddens", *map(str, args.hiddens), "--iters", str(args.iters), "--warmup", str(args.warmup)]
+    parts += ["--seeds", *map(str, args.seeds)] if args.seeds != [1] else []
     parts += ["--threads", str(args.threads)]
     parts += ["--amp"] if args.amp else []
     parts += ["--cudagraphs"] if args.cudagraphs else []
@@ -268,14 +274,14 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for env_name in envs:
         for algo_name in args.algos:
-            for b in sizes:
+            for b, seeds in ((b, seeds) for b in sizes for seeds in (args.seeds if algo_name in ("ppo", "ppo_4mb") else [1])):
                 row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
                                 args.iters, args.warmup,
                                 args.cudagraphs and algo_name in ("ppo", "ppo_4mb", "a2c"),
-                                args.compile and algo_name in ("ppo", "ppo_4mb", "a2c"))
+                                args.compile and algo_name in ("ppo", "ppo_4mb", "a2c"), num_seeds=seeds)
                 rows.append(row)
                 print(
-                    f"{env_name:16s} {algo_name:4s} B={b:6d}  collect {row['collect_steps_per_s']:12,.0f}/s  "
+                    f"{env_name:16s} {algo_name:4s} B={b:6d} S={seeds:3d}  collect {row['collect_steps_per_s']:12,.0f}/s  "
                     f"update {row['update_samples_per_s']:12,.0f}/s  end-to-end {row['end_to_end_steps_per_s']:12,.0f}/s  "
                     f"peak {row['peak_memory_mb']:8.0f} MB",
                     flush=True,
@@ -310,12 +316,12 @@ def run(args: argparse.Namespace) -> int:
         f"warm-up iterations{graph_note}, "
         f"T={args.horizon}, MLP {args.hiddens}.",
         "",
-        "| env | algo | B | collect steps/s | update samples/s | end-to-end steps/s | peak MB |",
-        "|---|---|---|---|---|---|---|",
+        "| env | algo | B | seeds | collect steps/s | update samples/s | end-to-end steps/s | peak MB |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         lines.append(
-            f"| {r['env']} | {r['algo']} | {r['num_envs']} | {r['collect_steps_per_s']:,.0f} | "
+            f"| {r['env']} | {r['algo']} | {r['num_envs']} | {r.get('num_seeds', 1)} | {r['collect_steps_per_s']:,.0f} | "
             f"{r['update_samples_per_s']:,.0f} | {r['end_to_end_steps_per_s']:,.0f} | {r['peak_memory_mb']:,.0f} |"
         )
     (results / f"throughput_{tag}.md").write_text("\n".join(lines) + "\n")
