@@ -106,7 +106,7 @@ class AlgorithmConfig(MinibatchConfig):
             ):
                 fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
         if self.num_seeds > 1:
-            for field in ("cudagraphs", "compile", "accumulate_grads", "kl_adaptive_lr"):
+            for field in ("cudagraphs", "compile", "accumulate_grads"):
                 if getattr(self, field):
                     fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
 

@@ -94,8 +94,8 @@ class CommonConfig:
     #: ``S * num_envs`` sub-envs, rows ``i*B:(i+1)*B`` for seed i, whose initial
     #: parameters are a single-seed run's with ``seed + i``; the default model runs the
     #: S networks as one batched matmul per layer. Per seed: optimizer state, reward
-    #: scaler, advantage normalization, gradient clipping, KL early stop, NaN freeze and
-    #: statistics (``seed{i}/...``). PPO only so far, without ``normalize_obs``.
+    #: scaler, observation normalizer, advantage normalization, gradient clipping, KL
+    #: early stop and adaptive LR, NaN freeze and statistics (``seed{i}/...``). PPO only so far.
     num_seeds: int = 1
 
     def __post_init__(self) -> None:
@@ -160,7 +160,7 @@ class CommonConfig:
                               f"or a subclass), got {custom!r}")
         if isinstance(self.model, StackedMLPActorCritic) and self.model.num_seeds != self.num_seeds:
             fail(self, "model", f"stacks {self.model.num_seeds} seeds, but num_seeds={self.num_seeds}")
-        for field in ("normalize_obs", "enable_amp"):
+        for field in ("enable_amp",):
             if getattr(self, field):
                 fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
 

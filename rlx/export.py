@@ -117,7 +117,7 @@ def policy_from_checkpoint(
         raise ValueError(f"{path}: seed {seed} is not in [0, {num_seeds}): the run trained {num_seeds} seed(s)")
     env = env_factory(run["env"], run.get("env_kwargs"))(1, None, device=torch.device(device))
 
-    def build(model_cls: Any, model_config: dict[str, Any] | None) -> PolicyBase:
+    def build(model_cls: Any, model_config: dict[str, Any] | None, seeds: int = 1) -> PolicyBase:
         return algo_config.algorithm_cls.policy_cls(
             env.observation_spec,
             env.action_spec,
@@ -127,6 +127,7 @@ def policy_from_checkpoint(
             normalize_obs=algo_config.normalize_obs,
             device=device,
             obs_groups=algo_config.obs_groups,
+            num_seeds=seeds,
         )
 
     if num_seeds == 1:
@@ -136,10 +137,15 @@ def policy_from_checkpoint(
     from rlx.seeds import StackedMLPActorCritic
 
     stacked = build(algo_config.model_cls or StackedMLPActorCritic,
-                    {**(algo_config.model_config or {}), "num_seeds": num_seeds})
+                    {**(algo_config.model_config or {}), "num_seeds": num_seeds}, num_seeds)
     stacked.load_state_dict(state["algorithm"]["policy"])
     policy = build(None, algo_config.model_config)  # one agent: the single-seed model
     policy.model.load_state_dict(stacked.model.unstack(seed).state_dict())
+    for name, rms in policy.obs_normalizers.items():  # and its slice of the normalizers
+        many = stacked.obs_normalizers[name]
+        rms.mean.copy_(many.mean[seed])
+        rms.var.copy_(many.var[seed])
+        rms.count.copy_(many.count)
     return policy, run
 
 

@@ -143,9 +143,12 @@ class PolicyBase(nn.Module):
         normalize_obs: bool = False,
         device: torch.device | str = "cpu",
         obs_groups: dict[str, list[str]] | None = None,
+        num_seeds: int = 1,
     ) -> None:
         super().__init__()
         self.observation_spec = observation_spec
+        #: ``S > 1``: rows are S equal seed-major blocks, each normalized by its own statistics.
+        self.num_seeds = num_seeds
         self.action_spec = action_spec
         self.distribution_cls = distribution_cls or default_distribution_cls(action_spec)
         self.num_params = self.distribution_cls.param_layout(action_spec)
@@ -169,8 +172,9 @@ class PolicyBase(nn.Module):
             for path, spec in _float_leaves(observation_spec).items():
                 name = "__".join(path) or "obs"
                 self._norm_keys[name] = path
+                seeds = (num_seeds,) if num_seeds > 1 else ()
                 self.obs_normalizers[name] = RunningMeanStd(
-                    tuple(spec.shape), clip=OBS_CLIP, device=device, sync_ranks=True
+                    (*seeds, *spec.shape), clip=OBS_CLIP, device=device, sync_ranks=True
                 )
 
     def _check_model(self, model: nn.Module) -> None:
@@ -183,13 +187,23 @@ class PolicyBase(nn.Module):
         if not self._norm_keys:
             return obs
         if isinstance(obs, Tensor):
-            return self.obs_normalizers["obs"].normalize(obs)
+            return self._normalized("obs", obs)
         obs = obs.copy()  # shallow: never write normalized values into the caller's data
         present = obs.keys(include_nested=True)  # a deployed policy gets the actor's keys only
         for name, path in self._norm_keys.items():
             if path in present:
-                obs.set(path, self.obs_normalizers[name].normalize(obs.get(path)))
+                obs.set(path, self._normalized(name, obs.get(path)))
         return obs
+
+    def _by_seed(self, x: Tensor) -> Tensor:
+        """``[S * n, *obs]`` -> ``[n, S, *obs]``: each seed's rows against its statistics."""
+        return x.reshape(self.num_seeds, -1, *x.shape[1:]).transpose(0, 1)
+
+    def _normalized(self, name: str, x: Tensor) -> Tensor:
+        rms = self.obs_normalizers[name]
+        if self.num_seeds == 1:
+            return rms.normalize(x)
+        return rms.normalize(self._by_seed(x)).transpose(0, 1).reshape(x.shape)
 
     @property
     def actor_obs_keys(self) -> list[str] | None:
@@ -208,7 +222,7 @@ class PolicyBase(nn.Module):
         """Merge a ``[N, *obs]`` batch of raw observations into the running statistics."""
         for name, path in self._norm_keys.items():
             x = obs if isinstance(obs, Tensor) else obs.get(path)
-            self.obs_normalizers[name].update(x)
+            self.obs_normalizers[name].update(self._by_seed(x) if self.num_seeds > 1 else x)
 
     def distribution(self, params: Tensor, obs: Obs) -> Distribution:
         """The action distribution for model outputs ``params`` at observations ``obs``."""

@@ -293,6 +293,9 @@ class SeedGroup:
         self.alive = torch.ones(num_seeds, dtype=torch.bool, device=device)
         self.done = torch.zeros(num_seeds, dtype=torch.bool, device=device)
         self._done_host = [False] * num_seeds  # a host mirror: the trainer asks every iteration
+        #: ``[S]`` each seed's LR over the optimizer's (the KL-adaptive LR moves it per seed).
+        self.lr_factor = torch.ones(num_seeds, device=device)
+        self._lr_factor_host = [1.0] * num_seeds
 
     def active(self) -> Tensor:
         """``[S]`` float: 1 where a seed's updates apply."""
@@ -304,6 +307,17 @@ class SeedGroup:
             if not self._done_host[i]:
                 self._done_host[i] = True
                 self.done[i] = True
+
+    def lr_factors(self) -> list[float]:
+        """Each seed's LR over the optimizer's (host mirror)."""
+        return list(self._lr_factor_host)
+
+    def set_lr_factors(self, factors: Sequence[float]) -> None:
+        """Set each seed's LR factor (a fill per changed seed: no host sync)."""
+        for i, f in enumerate(factors):
+            if f != self._lr_factor_host[i]:
+                self._lr_factor_host[i] = float(f)
+                self.lr_factor[i].fill_(float(f))
 
     def all_done(self) -> bool:
         """Whether every seed met its stop condition (read on the host, no sync)."""
@@ -321,7 +335,7 @@ class SeedGroup:
             grads = [p.grad for p in params if p.grad is not None]
             norms = torch.stack([g.flatten(1).float().square().sum(dim=1) for g in grads]).sum(dim=0).sqrt()
         self.alive &= torch.isfinite(norms)
-        factor = self.active()
+        factor = self.active() * self.lr_factor
         if gate is not None:
             factor = factor * gate
         optimizer.step()
@@ -329,12 +343,14 @@ class SeedGroup:
         optimizer.zero_grad(set_to_none=True)
 
     def state_dict(self) -> dict[str, Tensor]:
-        return {"alive": self.alive.clone(), "done": self.done.clone()}
+        return {"alive": self.alive.clone(), "done": self.done.clone(), "lr_factor": self.lr_factor.clone()}
 
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.alive.copy_(state["alive"])
         self.done.copy_(state["done"])
         self._done_host = [bool(d) for d in state["done"].tolist()]
+        self.lr_factor.copy_(state["lr_factor"])
+        self._lr_factor_host = [float(f) for f in state["lr_factor"].tolist()]
 
 
 class SeedStats:

@@ -62,15 +62,16 @@ def test_eight_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsys) 
 
 
 def test_seed_i_of_a_checkpoint_is_seed_i_of_the_stack(tmp_path) -> None:
-    algo = AlgorithmConfig(num_envs=8, horizon=8, num_seeds=3, device="cpu", seed=0,
+    algo = AlgorithmConfig(num_envs=8, horizon=8, num_seeds=3, device="cpu", seed=0, normalize_obs=True,
                            model_config={"hiddens": [16]}).build(CartPole)
-    trainer = Trainer(algo, TrainerConfig(max_iterations=1), run_dir=tmp_path / "run")
+    trainer = Trainer(algo, TrainerConfig(max_iterations=2), run_dir=tmp_path / "run")
     trainer.run()
-    obs = torch.randn(6, 4)
-    for i in range(3):
+    obs = torch.randn(3 * 4, 4) * 2  # 4 rows per seed
+    stacked = algo.policy.model(algo.policy.normalize(obs))[0]
+    for i in range(3):  # the same agent, its own normalizer statistics included
         policy, _ = policy_from_checkpoint(tmp_path / "run", seed=i)
-        single = algo.policy.model.unstack(i)
-        torch.testing.assert_close(policy.model(obs)[0], single(obs)[0])
+        rows = obs[4 * i : 4 * (i + 1)]
+        torch.testing.assert_close(policy.model(policy.normalize(rows))[0], stacked[4 * i : 4 * (i + 1)])
     with pytest.raises(ValueError, match=r"seed 3 is not in \[0, 3\)"):
         policy_from_checkpoint(tmp_path / "run", seed=3)
 

@@ -95,6 +95,7 @@ class Algorithm(ABC):
             normalize_obs=config.normalize_obs,
             device=self.device,
             obs_groups=config.obs_groups,
+            num_seeds=self.num_seeds,
         )
         if self.device.type == "cpu" and self.seeds is None:  # passes of rows would split the seeds unevenly
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS

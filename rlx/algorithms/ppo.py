@@ -247,10 +247,18 @@ class PPO(Algorithm):
         self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
         self.entropy_coeff.fill_(self._entropy_coeff_value)
         host = stats.to_host()  # SYNC: the stats of step()
-        if cfg.kl_adaptive_lr:  # on the KL this update reached, already on the host
+        seed_lrs = {}
+        if self.seeds is not None:  # each seed's LR: the base LR times its own factor
+            seed_lrs = {f"seed{i}/monitors/lr": lr * f for i, f in enumerate(self.seeds.lr_factors())}
+        if cfg.kl_adaptive_lr and self.seeds is not None:  # each seed on its own KL
+            bounds = cfg.kl_adaptive_lr_bounds
+            self.seeds.set_lr_factors([adapted_lr(seed_lrs[f"seed{i}/monitors/lr"], host[f"seed{i}/monitors/kl_div"],
+                                                  cfg.target_kl_div, bounds) / lr for i in range(self.num_seeds)])
+        elif cfg.kl_adaptive_lr:  # on the KL this update reached, already on the host
             self._set_lr(adapted_lr(lr, host["monitors/kl_div"], cfg.target_kl_div, cfg.kl_adaptive_lr_bounds))
         out = {
             **{k: v for k, v in host.items() if k != "params/finite"},
+            **seed_lrs,
             "monitors/sgd_epochs": float(epochs_run),
             "monitors/lr": host.get("monitors/lr", lr),
             "coefficients/entropy": entropy_coeff,

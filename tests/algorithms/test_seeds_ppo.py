@@ -32,10 +32,12 @@ def _feed_seed(multi, single, i: int) -> None:
     for key in BUFFER_KEYS:
         if key in multi.buffer.keys():
             single.buffer.get(key).copy_(multi.buffer.get(key)[rows])
-    stats, one = multi.reward_scaler.stats, single.reward_scaler.stats
-    one.mean.copy_(stats.mean[i])
-    one.var.copy_(stats.var[i])
-    one.count.copy_(stats.count)
+    pairs = [(multi.reward_scaler.stats, single.reward_scaler.stats)]
+    pairs += [(multi.policy.obs_normalizers[k], single.policy.obs_normalizers[k]) for k in single.policy.obs_normalizers]
+    for many, one in pairs:
+        one.mean.copy_(many.mean[i])
+        one.var.copy_(many.var[i])
+        one.count.copy_(many.count)
 
 
 @pytest.mark.parametrize(
@@ -46,8 +48,9 @@ def _feed_seed(multi, single, i: int) -> None:
         (Pendulum, {"sgd_minibatch_size": 48, "shuffle_minibatches": False, "target_kl_div": 1e-3,
                     "optimizer_config": {"lr": 0.02}}),
         (Pendulum, {"normalize_rewards": False, "num_sgd_iters": 2}),
+        (Pendulum, {"normalize_obs": True, "sgd_minibatch_size": 64, "shuffle_minibatches": False}),
     ],
-    ids=["whole-batch", "minibatches-clip", "kl-early-stop", "no-reward-scaling"],
+    ids=["whole-batch", "minibatches-clip", "kl-early-stop", "no-reward-scaling", "obs-normalization"],
 )
 def test_each_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: dict) -> None:
     S = 3
@@ -72,6 +75,32 @@ def test_each_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: dict
             steps.append(one["monitors/optimizer_steps"])
     if steps:  # each seed stopped at its own point (4 epochs of 3 minibatches: 12 steps at most)
         assert len(set(steps)) > 1 and min(steps) < 12
+
+
+def test_the_kl_adaptive_lr_moves_each_seeds_lr_on_its_own_kl() -> None:
+    """Two updates from the same rollouts: after the first, each seed's LR is the rule
+    applied to its own KL, and the second update of seed i equals a single-seed run's
+    at that LR."""
+    S = 3
+    extra = {"target_kl_div": 2e-4, "kl_adaptive_lr": True, "kl_adaptive_lr_bounds": (1e-4, 1.0),
+             "sgd_minibatch_size": 32, "shuffle_minibatches": False}
+    multi = AlgorithmConfig(**_config(num_seeds=S, **extra)).build(Pendulum)
+    singles = [AlgorithmConfig(**_config(**extra)).build(Pendulum) for _ in range(S)]
+    lrs = set()
+    for _ in range(2):
+        multi.collect()
+        for i, single in enumerate(singles):
+            single.collect()
+            _feed_seed(multi, single, i)
+        out = multi.step()
+        for i, single in enumerate(singles):
+            one = single.step()
+            assert out[f"seed{i}/monitors/lr"] == pytest.approx(one["monitors/lr"], rel=1e-9)
+            assert multi.lr * multi.seeds.lr_factors()[i] == pytest.approx(single.lr, rel=1e-9)
+            lrs.add(round(single.lr, 12))
+            for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
+                torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    assert len(lrs) > 1  # the seeds' LRs went their own ways
 
 
 def test_a_diverged_seed_is_frozen_and_the_others_update_as_without_it() -> None:
@@ -101,10 +130,19 @@ def test_a_diverged_seed_is_frozen_and_the_others_update_as_without_it() -> None
         assert torch.equal(p.detach()[0], f)
 
 
-def test_seeds_share_nothing_in_the_reward_scaler_and_report_their_own_episodes() -> None:
+def test_seeds_share_nothing_in_the_normalizers_and_report_their_own_episodes() -> None:
     S = 2
-    algo = AlgorithmConfig(**_config(num_seeds=S)).build(Pendulum)
+    algo = AlgorithmConfig(**_config(num_seeds=S, normalize_obs=True)).build(Pendulum)
     stats = algo.collect()
+    algo.step()  # merges the rollout's observations, each seed's into its own statistics
+    obs = algo.buffer.get("obs")  # column 0: the reset merged at the first collect; 1..T: merged by step()
+    rms = algo.policy.obs_normalizers["obs"]
+    assert rms.mean.shape == (S, 3)
+    for i in range(S):
+        rows = obs[i * B : (i + 1) * B]
+        seen = torch.cat([rows[:, 0], rows[:, 1 : T + 1].reshape(-1, 3)]).double()
+        torch.testing.assert_close(rms.mean[i], seen.mean(0))
+        torch.testing.assert_close(rms.var[i], seen.var(0, correction=0))
     scaler = algo.reward_scaler
     assert scaler.stats.mean.shape == (S,)
     rewards = algo.buffer.get("rewards")[:, :T, 0]
@@ -135,10 +173,10 @@ def test_seeds_resume_exactly() -> None:
 def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="NPGConfig.num_seeds: num_seeds=2 is supported by PPO"):
         NPGConfig(num_seeds=2, device="cpu")
-    with pytest.raises(ConfigError, match="normalize_obs: is not supported with num_seeds=2"):
-        AlgorithmConfig(num_seeds=2, normalize_obs=True, device="cpu")
-    with pytest.raises(ConfigError, match="kl_adaptive_lr: is not supported with num_seeds=2"):
-        AlgorithmConfig(num_seeds=2, target_kl_div=0.01, kl_adaptive_lr=True, device="cpu")
+    with pytest.raises(ConfigError, match="enable_amp: is not supported with num_seeds=2"):
+        AlgorithmConfig(num_seeds=2, enable_amp=True, device="cpu")
+    with pytest.raises(ConfigError, match="cudagraphs: is not supported with num_seeds=2"):
+        AlgorithmConfig(num_seeds=2, cudagraphs=True, device="cpu")
     with pytest.raises(ConfigError, match="model_cls: num_seeds=2 needs a model with a seed dim"):
         AlgorithmConfig(num_seeds=2, model_cls=torch.nn.Linear, device="cpu")
     with pytest.raises(ConfigError, match="num_seeds: must be"):
