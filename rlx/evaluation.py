@@ -14,7 +14,8 @@ __all__ = ["evaluate_policy"]
 
 
 @torch.no_grad()
-def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: int, deterministic: bool = True) -> dict[str, float]:
+def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: int, deterministic: bool = True,
+                    groups: int = 1) -> dict[str, float]:
     """Run the policy on ``env`` until ``episodes`` episodes have ended, in all sub-envs.
 
     Sub-env ``i`` contributes its first ``(episodes + i) // B`` episodes, so exactly
@@ -24,6 +25,10 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
     B`` every sub-env plays exactly one episode. Episodes cut by ``max_steps`` are not
     counted. Uses a fork of torch's RNG, so training continues with the same random
     numbers whether or not it evaluates.
+
+    With ``groups = S > 1`` (a policy of S seeds on ``S * B`` sub-envs, seed-major), each
+    seed's B sub-envs play ``episodes`` episodes by the same rule, and each seed's
+    statistics come as ``seed{i}/eval/...`` beside their mean.
 
     Returns:
         ``eval/return_mean``, ``eval/length_mean`` (NaN when no episode ended) and
@@ -36,9 +41,11 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
         device = torch.device(env.device)
         ret = torch.zeros(B, dtype=torch.float64, device=device)
         length = torch.zeros(B, dtype=torch.float64, device=device)
-        totals = torch.zeros(3, dtype=torch.float64, device=device)  # count, return sum, length sum
-        # Sub-env i's share of the episodes (Stable-Baselines3's split): they sum to `episodes`.
-        quota = torch.div(torch.arange(B, device=device) + episodes, B, rounding_mode="floor")
+        totals = torch.zeros(groups, 3, dtype=torch.float64, device=device)  # count, return sum, length sum
+        # Sub-env i's share of the episodes (Stable-Baselines3's split): they sum to `episodes`
+        # (in each group of B / groups sub-envs).
+        per_group = B // groups
+        quota = torch.div(torch.arange(B, device=device) % per_group + episodes, per_group, rounding_mode="floor")
         counted = torch.zeros(B, dtype=torch.long, device=device)
         # Every sub-env starts from the policy's initial state (empty for a feedforward
         # policy) and restarts from it at each episode end.
@@ -57,8 +64,8 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
             resets = done.unsqueeze(-1)
             counts = done & (counted < quota)
             counted += counts.long()
-            d = counts.double()
-            totals += torch.stack([d.sum(), (ret * d).sum(), (length * d).sum()])
+            d = counts.double().view(groups, -1)
+            totals += torch.stack([d.sum(1), (ret.view(groups, -1) * d).sum(1), (length.view(groups, -1) * d).sum(1)], dim=1)
             ended = done.double()
             ret *= 1 - ended
             length *= 1 - ended
@@ -68,9 +75,14 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
                     if bool((counted >= quota).all()):  # SYNC: evaluation only, every 32 steps
                         break
         with allowed_sync():
-            count, return_sum, length_sum = totals.tolist()  # SYNC: evaluation result
-    return {
+            rows = totals.tolist()  # SYNC: evaluation result
+    count, return_sum, length_sum = (sum(r[k] for r in rows) for k in range(3))
+    out = {
         "eval/return_mean": return_sum / count if count else math.nan,
         "eval/length_mean": length_sum / count if count else math.nan,
         "eval/episodes": count,
     }
+    for i, (n, r, l) in enumerate(rows if groups > 1 else []):
+        out.update({f"seed{i}/eval/return_mean": r / n if n else math.nan,
+                    f"seed{i}/eval/length_mean": l / n if n else math.nan, f"seed{i}/eval/episodes": n})
+    return out

@@ -115,10 +115,6 @@ class Trainer:
     ) -> None:
         self.algorithm = algorithm
         self.config = config or TrainerConfig()
-        if getattr(algorithm, "num_seeds", 1) > 1 and self.config.eval_every:
-            raise ValueError(f"trainer.eval_every: evaluation of num_seeds={algorithm.num_seeds} agents in one run "
-                             f"is not supported yet, got eval_every={self.config.eval_every}; set it to 0 and evaluate "
-                             "a seed afterwards with rlx eval RUN_DIR --seed i")
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.run_config = run_config
         self.stop_conditions = stop_conditions_from_config(self.config) + list(stop_conditions)
@@ -264,10 +260,12 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Deterministic evaluation on a separate env instance (built on first use)."""
         algo = self.algorithm
+        seeds = getattr(algo, "num_seeds", 1)  # S seeds: eval_num_envs each, eval_episodes each
         if self._eval_env is None:
-            self._eval_env = algo.env_cls(self.config.eval_num_envs, algo.horizon, device=algo.device)
+            self._eval_env = algo.env_cls(self.config.eval_num_envs * seeds, algo.horizon, device=algo.device)
         return evaluate_policy(
-            algo.policy, self._eval_env, episodes=self.config.eval_episodes, max_steps=self.config.eval_max_steps
+            algo.policy, self._eval_env, episodes=self.config.eval_episodes, max_steps=self.config.eval_max_steps,
+            groups=seeds,
         )
 
     # -- the loop --------------------------------------------------------------------------

@@ -76,7 +76,7 @@ def test_seed_i_of_a_checkpoint_is_seed_i_of_the_stack(tmp_path) -> None:
         policy_from_checkpoint(tmp_path / "run", seed=3)
 
 
-def test_done_seeds_stay_done_across_a_resume_and_evaluation_is_refused(tmp_path) -> None:
+def test_done_seeds_stay_done_across_a_resume(tmp_path) -> None:
     def build():
         return AlgorithmConfig(num_envs=8, horizon=8, num_seeds=2, device="cpu", seed=0).build(CartPole)
 
@@ -91,5 +91,31 @@ def test_done_seeds_stay_done_across_a_resume_and_evaluation_is_refused(tmp_path
     resumed = build()
     resumed.load_state_dict(algo.state_dict())
     assert resumed.seeds.all_done() is False and resumed.seeds.done.tolist() == [False, True]
-    with pytest.raises(ValueError, match="trainer.eval_every: evaluation of num_seeds=2 agents"):
-        Trainer(build(), TrainerConfig(max_iterations=1, eval_every=1))
+
+
+def test_evaluation_reports_each_seed_on_its_own_sub_envs() -> None:
+    """Seed 1 always pushes the cart left (its episodes end within ~10 steps), seed 0
+    acts at random (~22): each seed's statistics come from its own sub-envs, with its
+    own quota of episodes."""
+    from rlx.evaluation import evaluate_policy
+    from rlx.seeds import StackedLinear
+
+    algo = AlgorithmConfig(num_envs=8, horizon=8, num_seeds=2, device="cpu", seed=0).build(CartPole)
+    with torch.no_grad():
+        head = [m for m in algo.policy.model.actor if isinstance(m, StackedLinear)][-1]
+        head.weight[:].zero_()
+        head.bias[1, 0] = torch.tensor([10.0, -10.0])
+    env = CartPole(2 * 16, None, device="cpu")
+    stats = evaluate_policy(algo.policy, env, episodes=64, max_steps=2000, deterministic=False, groups=2)
+    assert stats["seed0/eval/episodes"] == 64 == stats["seed1/eval/episodes"] and stats["eval/episodes"] == 128
+    assert stats["seed1/eval/length_mean"] < 12 < 16 < stats["seed0/eval/length_mean"]
+    assert stats["eval/length_mean"] == pytest.approx((stats["seed0/eval/length_mean"] + stats["seed1/eval/length_mean"]) / 2)
+
+
+def test_a_multi_seed_run_evaluates_every_seed_and_stops_each_on_its_eval() -> None:
+    algo = AlgorithmConfig(num_envs=8, horizon=8, num_seeds=2, device="cpu", seed=0).build(CartPole)
+    trainer = Trainer(algo, TrainerConfig(max_iterations=3, eval_every=1, eval_episodes=4, eval_num_envs=4,
+                                          stop_at={"eval/return_mean": 1.0}))
+    metrics = trainer.run()
+    assert {"seed0/eval/return_mean", "seed1/eval/return_mean"} <= metrics.keys()
+    assert trainer.stop_reason == "every seed reached eval/return_mean >= 1" and trainer.iteration == 1
