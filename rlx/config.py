@@ -105,10 +105,6 @@ class AlgorithmConfig(MinibatchConfig):
                 or bounds[0] > bounds[1]
             ):
                 fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
-        if self.num_seeds > 1:
-            for field in ("cudagraphs", "compile", "accumulate_grads"):
-                if getattr(self, field):
-                    fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
 
 
 _A2C_HAS_NO = "a PPO field; A2C takes the plain policy gradient (no ratio, no clipping, no KL control)"
@@ -133,6 +129,7 @@ class A2CConfig(MinibatchConfig):
     """
 
     algorithm_cls: ClassVar[type[Algorithm]] = A2C
+    supports_seeds: ClassVar[bool] = True
     #: What A2C fixes in the shared update: one epoch, no accumulation, no KL controls.
     num_sgd_iters: ClassVar[int] = 1
     accumulate_grads: ClassVar[bool] = False
@@ -270,6 +267,7 @@ class RecurrentA2CConfig(SequenceFields, A2CConfig):
     """
 
     algorithm_cls: ClassVar[type[Algorithm]] = RecurrentA2C
+    supports_seeds: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -95,7 +95,7 @@ class CommonConfig:
     #: parameters are a single-seed run's with ``seed + i``; the default model runs the
     #: S networks as one batched matmul per layer. Per seed: optimizer state, reward
     #: scaler, observation normalizer, advantage normalization, gradient clipping, KL
-    #: early stop and adaptive LR, NaN freeze and statistics (``seed{i}/...``). PPO only so far.
+    #: early stop and adaptive LR, NaN freeze and statistics (``seed{i}/...``). PPO and A2C so far.
     num_seeds: int = 1
 
     def __post_init__(self) -> None:
@@ -147,8 +147,8 @@ class CommonConfig:
         from rlx.seeds import StackedMLPActorCritic
 
         if not self.supports_seeds:
-            fail(self, "num_seeds", f"num_seeds={self.num_seeds} is supported by PPO's AlgorithmConfig only so far, "
-                                    f"not by {type(self).__name__}")
+            fail(self, "num_seeds", f"num_seeds={self.num_seeds} is supported by PPO's AlgorithmConfig and A2CConfig "
+                                    f"only so far, not by {type(self).__name__}")
 
         custom = self.model if self.model is not None else self.model_cls
         if custom is not None and not (
@@ -260,6 +260,10 @@ class MinibatchConfig(CommonConfig):
         self._check_minibatch_size("sgd_minibatch_size")
         check_int(self, "micro_batch_size", minimum=0, allow_none=True)
         check_float(self, "vf_coeff", low=0.0)
+        if self.num_seeds > 1:
+            for field in ("cudagraphs", "compile", "accumulate_grads"):
+                if getattr(self, field, False):
+                    fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
         if self.cudagraphs and self.compile:
             fail(self, "compile", "cannot be combined with cudagraphs (the captured update runs eagerly)")
         if self.cudagraphs:

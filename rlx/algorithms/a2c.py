@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from rlx.algorithms.ppo import PPO
+from rlx.algorithms.ppo import PPO, seed_means
 from rlx.algorithms.recurrent_ppo import RecurrentUpdate
 from rlx.buffer import ADVANTAGES, LOGP, RETURNS
 from rlx.policy import EvalOutput
@@ -47,6 +47,7 @@ def a2c_losses(
     *,
     vf_coeff: float,
     entropy_coeff: float | Tensor,
+    num_seeds: int = 1,
 ) -> A2CLosses:
     """The A2C objective, as a loss to minimise.
 
@@ -60,14 +61,16 @@ def a2c_losses(
         logp, entropy, values: ``[M, 1]`` from the current policy (with grad).
         old_logp: ``[M, 1]`` from the rollout (only for the KL monitor).
         advantages, returns: ``[M, 1]`` from GAE.
+        num_seeds: ``S > 1``: every term is ``[S]``, each seed's mean (as :func:`~rlx.algorithms.ppo.ppo_losses`).
     """
-    policy_loss = -(logp * advantages).mean()
-    vf_loss = 0.5 * (values - returns).square().mean()
-    entropy_loss = -entropy.mean()
+    mean = seed_means(num_seeds)
+    policy_loss = -mean(logp * advantages)
+    vf_loss = 0.5 * mean((values - returns).square())
+    entropy_loss = -mean(entropy)
     total = policy_loss + vf_coeff * vf_loss + entropy_coeff * entropy_loss
     with torch.no_grad():
         log_ratio = (logp - old_logp).detach().float()
-        kl = (torch.expm1(log_ratio) - log_ratio).mean()
+        kl = mean(torch.expm1(log_ratio) - log_ratio)
     return A2CLosses(total, policy_loss.detach(), vf_loss.detach(), entropy_loss.detach(), kl)
 
 
@@ -84,7 +87,8 @@ class A2C(PPO):
 
     def _objective(self, out: EvalOutput, rollout: Batch) -> A2CLosses:
         inputs = (out.logp, out.entropy, out.values.float(), rollout[LOGP], rollout[ADVANTAGES], rollout[RETURNS])
-        return a2c_losses(*inputs, vf_coeff=self.config.vf_coeff, entropy_coeff=self.entropy_coeff)
+        return a2c_losses(*inputs, vf_coeff=self.config.vf_coeff, entropy_coeff=self.entropy_coeff,
+                          num_seeds=self.num_seeds)
 
 
 class RecurrentA2C(RecurrentUpdate, A2C):

@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from rlx.config import AlgorithmConfig
     from rlx.env import EnvFactory
 
-__all__ = ["PPO", "PPOLosses", "ppo_losses", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE", "default_cpu_micro_batch_size"]
+__all__ = ["PPO", "PPOLosses", "ppo_losses", "seed_means", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE", "default_cpu_micro_batch_size"]
 
 #: Default ``micro_batch_size`` on a CPU for models up to 128 wide; wider ones get
 #: :data:`CPU_WIDE_MICRO_BATCH_SIZE`. Whole-buffer passes spill out of cache, and small
@@ -64,6 +64,14 @@ class PPOLosses(NamedTuple):
     entropy: Tensor  #: minus the mean entropy: the term ``entropy_coeff`` multiplies
     kl: Tensor  #: approximate KL(old || new), ``E[(r - 1) - log r]``
     clip_fraction: Tensor  #: share of samples whose ratio lies outside [1 - ε, 1 + ε]
+
+
+def seed_means(num_seeds: int):
+    """The reduction of a loss term: the mean over rows, or with ``num_seeds = S > 1``
+    (S equal seed-major blocks) each seed's mean, ``[S]``."""
+    if num_seeds > 1:
+        return lambda x: x.view(num_seeds, -1).mean(dim=1)
+    return lambda x: x.mean()
 
 
 def ppo_losses(
@@ -100,12 +108,7 @@ def ppo_losses(
         num_seeds: ``S > 1``: the rows are S equal seed-major blocks and every term is
             ``[S]``, each seed's mean (the gradient of ``total.sum()`` is then each seed's own).
     """
-    if num_seeds > 1:
-        def mean(x: Tensor) -> Tensor:
-            return x.view(num_seeds, -1).mean(dim=1)
-    else:
-        def mean(x: Tensor) -> Tensor:
-            return x.mean()
+    mean = seed_means(num_seeds)
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     surrogate = ratio * advantages

@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rlx import AlgorithmConfig, ConfigError, NPGConfig
+from rlx import A2CConfig, AlgorithmConfig, ConfigError, NPGConfig, RecurrentAlgorithmConfig
 from rlx.envs import CartPole, Pendulum
 from rlx.seeds import StackedMLPActorCritic
 
@@ -75,6 +75,27 @@ def test_each_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: dict
             steps.append(one["monitors/optimizer_steps"])
     if steps:  # each seed stopped at its own point (4 epochs of 3 minibatches: 12 steps at most)
         assert len(set(steps)) > 1 and min(steps) < 12
+
+
+@pytest.mark.parametrize("extra", [{}, {"sgd_minibatch_size": 32, "shuffle_minibatches": False, "normalize_obs": True}],
+                         ids=["whole-batch", "minibatches-obs-normalization"])
+def test_each_a2c_seed_updates_as_a_single_seed_run_on_its_rows(extra: dict) -> None:
+    S = 3
+    multi = A2CConfig(**_config(num_seeds=S, **extra)).build(Pendulum)
+    multi.collect()
+    singles = []
+    for i in range(S):
+        single = A2CConfig(**_config(**extra)).build(Pendulum)
+        single.collect()
+        _feed_seed(multi, single, i)
+        singles.append(single)
+    out = multi.step()
+    for i, single in enumerate(singles):
+        one = single.step()
+        for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+        for key in ("losses/policy", "losses/vf", "losses/entropy"):
+            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
 
 
 def test_the_kl_adaptive_lr_moves_each_seeds_lr_on_its_own_kl() -> None:
@@ -173,6 +194,10 @@ def test_seeds_resume_exactly() -> None:
 def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="NPGConfig.num_seeds: num_seeds=2 is supported by PPO"):
         NPGConfig(num_seeds=2, device="cpu")
+    with pytest.raises(ConfigError, match="RecurrentAlgorithmConfig.num_seeds: num_seeds=2 is supported by PPO"):
+        RecurrentAlgorithmConfig(num_seeds=2, device="cpu")
+    with pytest.raises(ConfigError, match="A2CConfig.compile: is not supported with num_seeds=2"):
+        A2CConfig(num_seeds=2, compile=True, device="cpu")
     with pytest.raises(ConfigError, match="enable_amp: is not supported with num_seeds=2"):
         AlgorithmConfig(num_seeds=2, enable_amp=True, device="cpu")
     with pytest.raises(ConfigError, match="cudagraphs: is not supported with num_seeds=2"):
