@@ -40,6 +40,25 @@ def _feed_seed(multi, single, i: int) -> None:
         one.count.copy_(many.count)
 
 
+def _side_by_side(config_cls, env_cls, extra: dict, S: int = 3) -> tuple[dict, list[dict]]:
+    """One step() of an S-seed run and of S single-seed runs fed its seeds' parameters and
+    rollouts; checks the parameters agree and returns the step statistics of both."""
+    multi = config_cls(**_config(num_seeds=S, **extra)).build(env_cls)
+    multi.collect()
+    singles = []
+    for i in range(S):
+        single = config_cls(**_config(**extra)).build(env_cls)
+        single.collect()
+        _feed_seed(multi, single, i)
+        singles.append(single)
+    out = multi.step()
+    ones = [single.step() for single in singles]
+    for i, single in enumerate(singles):
+        for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    return out, ones
+
+
 @pytest.mark.parametrize(
     "env_cls,extra",
     [
@@ -53,21 +72,9 @@ def _feed_seed(multi, single, i: int) -> None:
     ids=["whole-batch", "minibatches-clip", "kl-early-stop", "no-reward-scaling", "obs-normalization"],
 )
 def test_each_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: dict) -> None:
-    S = 3
-    multi = AlgorithmConfig(**_config(num_seeds=S, **extra)).build(env_cls)
-    multi.collect()
-    singles = []
-    for i in range(S):
-        single = AlgorithmConfig(**_config(**extra)).build(env_cls)
-        single.collect()
-        _feed_seed(multi, single, i)
-        singles.append(single)
-    out = multi.step()
+    out, ones = _side_by_side(AlgorithmConfig, env_cls, extra)
     steps = []
-    for i, single in enumerate(singles):
-        one = single.step()
-        for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "monitors/kl_div", "monitors/clip_fraction"):
             assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
         if "target_kl_div" in extra:
@@ -80,20 +87,8 @@ def test_each_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: dict
 @pytest.mark.parametrize("extra", [{}, {"sgd_minibatch_size": 32, "shuffle_minibatches": False, "normalize_obs": True}],
                          ids=["whole-batch", "minibatches-obs-normalization"])
 def test_each_a2c_seed_updates_as_a_single_seed_run_on_its_rows(extra: dict) -> None:
-    S = 3
-    multi = A2CConfig(**_config(num_seeds=S, **extra)).build(Pendulum)
-    multi.collect()
-    singles = []
-    for i in range(S):
-        single = A2CConfig(**_config(**extra)).build(Pendulum)
-        single.collect()
-        _feed_seed(multi, single, i)
-        singles.append(single)
-    out = multi.step()
-    for i, single in enumerate(singles):
-        one = single.step()
-        for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
-            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    out, ones = _side_by_side(A2CConfig, Pendulum, extra)
+    for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "losses/entropy"):
             assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
 
