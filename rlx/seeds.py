@@ -43,6 +43,8 @@ __all__ = [
     "clip_grad_norm_per_seed_",
     "scale_steps_per_seed_",
     "seed_major_permutation",
+    "seed_minibatch_bounds",
+    "grad_norms_per_seed",
 ]
 
 
@@ -68,6 +70,16 @@ def normalize_per_seed(advantages: Tensor, num_seeds: int, eps: float = 1e-8) ->
     return ((a - mean.view(shape)) / (std.view(shape) + eps)).view_as(advantages).to(advantages.dtype)
 
 
+def grad_norms_per_seed(grads: Sequence[Tensor], num_seeds: int) -> Tensor:
+    """``[S]``: each seed's gradient norm over slice ``i`` of every stacked gradient (at
+    least float32)."""
+    for g in grads:
+        if g.shape[0] != num_seeds:
+            raise ValueError(f"grad_norms_per_seed: a gradient of shape {tuple(g.shape)} has no leading seed dim {num_seeds}")
+    wide = [g.flatten(1) if g.dtype in (torch.float32, torch.float64) else g.flatten(1).float() for g in grads]
+    return torch.stack([g.square().sum(dim=1) for g in wide]).sum(dim=0).sqrt()
+
+
 def clip_grad_norm_per_seed_(params: Sequence[Tensor], max_norm: float, num_seeds: int) -> Tensor:
     """Clip each seed's gradient to ``max_norm`` in place, as
     ``torch.nn.utils.clip_grad_norm_`` clips one model's: seed i's norm is taken over
@@ -79,11 +91,7 @@ def clip_grad_norm_per_seed_(params: Sequence[Tensor], max_norm: float, num_seed
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return torch.zeros(num_seeds, device=params[0].device if params else None)
-    for g in grads:
-        if g.shape[0] != num_seeds:
-            raise ValueError(f"clip_grad_norm_per_seed_: a gradient of shape {tuple(g.shape)} has no leading seed dim {num_seeds}")
-    wide = [g.flatten(1) if g.dtype in (torch.float32, torch.float64) else g.flatten(1).float() for g in grads]
-    norms = torch.stack([g.square().sum(dim=1) for g in wide]).sum(dim=0).sqrt()  # [S]
+    norms = grad_norms_per_seed(grads, num_seeds)
     coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
     for g in grads:
         g.mul_(coef.view(num_seeds, *([1] * (g.dim() - 1))).to(g.dtype))
@@ -120,20 +128,22 @@ def seed_major_permutation(num_seeds: int, rows_per_seed: int, minibatch_rows: i
         ``(start, rows)`` in the epoch, ``rows = S * m``.
     """
     S, n, m = num_seeds, rows_per_seed, minibatch_rows
-    if not 1 <= m <= n:
-        raise ValueError(f"seed_major_permutation: minibatch_rows must be in [1, {n}], got {m}")
+    bounds = seed_minibatch_bounds(S, n, m)
     if shuffle:
         order = torch.rand(S, n, device=device, generator=generator).argsort(dim=1)
     else:
         order = torch.arange(n, device=device).expand(S, n)
     perm = order + (torch.arange(S, device=device) * n).unsqueeze(1)  # [S, n], seed i's rows
-    parts, bounds, start = [], [], 0
-    for lo in range(0, n, m):
-        hi = min(lo + m, n)
-        parts.append(perm[:, lo:hi].reshape(-1))
-        bounds.append((start, S * (hi - lo)))
-        start += S * (hi - lo)
-    return torch.cat(parts), bounds
+    return torch.cat([perm[:, lo : min(lo + m, n)].reshape(-1) for lo in range(0, n, m)]), bounds
+
+
+def seed_minibatch_bounds(num_seeds: int, rows_per_seed: int, minibatch_rows: int) -> list[tuple[int, int]]:
+    """``(start, rows)`` of each minibatch of :func:`seed_major_permutation`'s epoch: ``m``
+    rows of every seed each (the last ``n mod m``)."""
+    S, n, m = num_seeds, rows_per_seed, minibatch_rows
+    if not 1 <= m <= n:
+        raise ValueError(f"seed minibatches: minibatch_rows (per seed) must be in [1, {n}], got {m}")
+    return [(S * lo, S * (min(lo + m, n) - lo)) for lo in range(0, n, m)]
 
 
 class StackedLinear(nn.Module):
@@ -242,9 +252,10 @@ class StackedMLPActorCritic(MLPActorCritic):
         object.__setattr__(self, "_template", first)
 
     def _rows(self, features: Tensor) -> Tensor:
-        # flatten_obs gives float32 features; a float64 stack (a reference run) keeps float64.
-        dtype = self.actor[0].weight.dtype
-        return seed_rows(features if features.dtype == dtype or dtype != torch.float64 else features.to(dtype), self.num_seeds)
+        # flatten_obs gives float32 features; a float64 stack (a reference run) computes in float64.
+        if self.actor[0].weight.dtype == torch.float64:
+            features = features.double()
+        return seed_rows(features, self.num_seeds)
 
     def _params(self, features: Tensor) -> Tensor:
         x = self._rows(features)  # [S, n, F]
@@ -332,8 +343,7 @@ class SeedGroup:
         if max_grad_norm is not None:
             norms = clip_grad_norm_per_seed_(params, max_grad_norm, self.num_seeds)
         else:
-            grads = [p.grad for p in params if p.grad is not None]
-            norms = torch.stack([g.flatten(1).float().square().sum(dim=1) for g in grads]).sum(dim=0).sqrt()
+            norms = grad_norms_per_seed([p.grad for p in params if p.grad is not None], self.num_seeds)
         self.alive &= torch.isfinite(norms)
         factor = self.active() * self.lr_factor
         if gate is not None:
@@ -348,9 +358,9 @@ class SeedGroup:
     def load_state_dict(self, state: dict[str, Tensor]) -> None:
         self.alive.copy_(state["alive"])
         self.done.copy_(state["done"])
-        self._done_host = [bool(d) for d in state["done"].tolist()]
+        self._done_host = [bool(d) for d in state["done"].tolist()]  # SYNC: at load, the host mirrors
         self.lr_factor.copy_(state["lr_factor"])
-        self._lr_factor_host = [float(f) for f in state["lr_factor"].tolist()]
+        self._lr_factor_host = [float(f) for f in state["lr_factor"].tolist()]  # SYNC: at load
 
 
 class SeedStats:

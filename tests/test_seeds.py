@@ -216,5 +216,5 @@ def test_seed_major_permutation_deals_every_minibatch_the_same_rows_of_each_seed
         assert size % S == 0 and per == min(m, n - (start // S))
         seeds = rows // n
         assert torch.equal(seeds, torch.arange(S).repeat_interleave(per))  # seed-major inside the minibatch
-    with pytest.raises(ValueError, match=r"minibatch_rows must be in \[1, 7\], got 8"):
+    with pytest.raises(ValueError, match=r"minibatch_rows \(per seed\) must be in \[1, 7\], got 8"):
         seed_major_permutation(3, 7, 8)

@@ -26,7 +26,7 @@ from rlx.cuda_graphs import GraphedCall
 from rlx.policy import EvalOutput, Obs
 from rlx.rollout import ActFn, ValueFn
 from rlx.schedulers import Schedule
-from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation
+from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation, seed_minibatch_bounds
 from rlx.stats import Stats
 
 if TYPE_CHECKING:
@@ -216,7 +216,7 @@ class PPO(Algorithm):
         """``(first unit, units)`` of each minibatch of an epoch."""
         if self.seeds is not None:  # S * m rows each, m of every seed (rlx.seeds)
             n = self.config.num_envs * self.horizon
-            return seed_major_permutation(self.num_seeds, n, min(self.config.minibatch_size, n), shuffle=False)[1]
+            return seed_minibatch_bounds(self.num_seeds, n, min(self.config.minibatch_size, n))
         n = self.minibatches.num_units(self.num_envs, self.horizon)
         m = self.config.minibatch_size // self.minibatches.unit_samples
         return [(start, min(m, n - start)) for start in range(0, n, m)]
