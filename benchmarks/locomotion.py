@@ -124,7 +124,23 @@ def run_rlx(env: str, algo: str, seed: int, steps: int, run_root: Path) -> dict:
         "train_wall_s": rows[-1]["wall_s"],
         "evals": evals,
         "run_dir": str(run_dir.relative_to(ROOT)) if run_dir.is_relative_to(ROOT) else str(run_dir),
+        "make_kwargs": make_kwargs(env, algo),
     }
+
+
+def make_kwargs(env: str, algo: str) -> dict:
+    """The ``gymnasium.make`` options the shipped config sets (Ant's v3-like switches)."""
+    import yaml
+
+    config = yaml.safe_load(config_path(env, algo).read_text())
+    return dict((config.get("env_kwargs") or {}).get("make_kwargs") or {})
+
+
+def env_label(row: dict) -> str:
+    """The env's id, with the config's ``make_kwargs`` when it sets any."""
+    options = row.get("make_kwargs") or {}
+    label = ENVS.get(row["env"], row["env"])
+    return label + (" (" + ", ".join(f"{k}={v}" for k, v in sorted(options.items())) + ")" if options else "")
 
 
 # -- peers (each in its own process: python benchmarks/locomotion.py --peer-run LIB ...) -----
@@ -365,7 +381,7 @@ def table(rows: list[dict]) -> str:
         pub = TIANSHOU_PUBLISHED.get((env, algo))
         published = f"{pub[0]:.1f} ± {pub[1]:.1f}" if pub and steps == 1_000_000 else "n/a"
         lines.append(
-            f"| {ENVS.get(env, env)} | {algo} | {lib} | {steps:,} | {len(group)} | "
+            f"| {' / '.join(sorted({env_label(r) for r in group}))} | {algo} | {lib} | {steps:,} | {len(group)} | "
             f"{_mean_std([r['max_eval'] for r in group])} | {_mean_std([r['final_eval'] for r in group])} | "
             f"{published} | {statistics.mean(r['wall_s'] for r in group):.0f} |"
         )
