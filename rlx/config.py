@@ -167,6 +167,7 @@ class NPGConfig(CommonConfig):
     """
 
     algorithm_cls: ClassVar[type[Algorithm]] = NPG
+    supports_seeds: ClassVar[bool] = True
 
     #: Trust region δ: the mean KL(old || new) a ``"kl"`` step aims at, and the bound
     #: the line search enforces.

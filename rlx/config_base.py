@@ -95,7 +95,8 @@ class CommonConfig:
     #: parameters are a single-seed run's with ``seed + i``; the default model runs the
     #: S networks as one batched matmul per layer. Per seed: optimizer state, reward
     #: scaler, observation normalizer, advantage normalization, gradient clipping, KL
-    #: early stop and adaptive LR, NaN freeze and statistics (``seed{i}/...``). PPO and A2C so far.
+    #: early stop and adaptive LR, NPG's natural step and line search, NaN freeze and
+    #: statistics (``seed{i}/...``). PPO, A2C and NPG/TRPO so far.
     num_seeds: int = 1
 
     def __post_init__(self) -> None:
@@ -147,7 +148,7 @@ class CommonConfig:
         from rlx.seeds import StackedMLPActorCritic
 
         if not self.supports_seeds:
-            fail(self, "num_seeds", f"num_seeds={self.num_seeds} is supported by PPO's AlgorithmConfig and A2CConfig "
+            fail(self, "num_seeds", f"num_seeds={self.num_seeds} is supported by AlgorithmConfig (PPO), A2CConfig and NPGConfig "
                                     f"only so far, not by {type(self).__name__}")
 
         custom = self.model if self.model is not None else self.model_cls

@@ -19,16 +19,21 @@ import torch
 from torch import Tensor
 from torch.func import grad, jvp, vjp
 
-__all__ = ["CGResult", "conjugate_gradient", "gauss_newton_fvp", "kl_hessian_fvp"]
+__all__ = ["CGResult", "conjugate_gradient", "row_dot", "gauss_newton_fvp", "kl_hessian_fvp"]
 
-Vector = Tensor  # a flat parameter-space vector, [P]
+Vector = Tensor  # a flat parameter-space vector, [P] (or S of them, [S, P])
+
+
+def row_dot(a: Vector, b: Vector) -> Tensor:
+    """``a · b`` of ``[P]`` vectors (0-d), or of each row of ``[S, P]`` ones (``[S, 1]``)."""
+    return a.dot(b) if a.dim() == 1 else (a * b).sum(dim=-1, keepdim=True)
 
 
 class CGResult(NamedTuple):
     """The outcome of :func:`conjugate_gradient`."""
 
-    x: Tensor  #: ``[P]`` approximate solution of ``A x = b``
-    residual_norm: Tensor  #: 0-d ``‖b - A x‖₂`` as tracked by the recursion
+    x: Tensor  #: ``[P]`` (``[S, P]``) approximate solution of ``A x = b``
+    residual_norm: Tensor  #: 0-d (``[S]``) ``‖b - A x‖₂`` as tracked by the recursion
 
 
 def conjugate_gradient(
@@ -47,9 +52,13 @@ def conjugate_gradient(
     Starting from ``x = 0``, each iterate decreases ``½ xᵀAx - bᵀx``, and after ``P``
     iterations (``P = len(b)``) the solution is exact up to rounding.
 
+    A ``[S, P]`` ``b`` holds S independent systems (S seeds' natural steps, whose Fisher
+    is block-diagonal): every dot product, step length and convergence test is per row,
+    so row i's iterates are those of a solve of row i alone.
+
     Args:
-        matvec: ``v -> A v`` for ``[P]`` vectors.
-        b: ``[P]`` right-hand side.
+        matvec: ``v -> A v`` for ``[P]`` (``[S, P]``) vectors.
+        b: ``[P]`` (``[S, P]``) right-hand side.
         iters: Number of iterations (and ``matvec`` calls).
         residual_tol: Freeze once ``‖r‖² < residual_tol``.
         callback: Called as ``callback(i, x)`` after iteration ``i`` (for tests and
@@ -58,22 +67,22 @@ def conjugate_gradient(
     x = torch.zeros_like(b)
     r = b.clone()
     p = b.clone()
-    rr = r.dot(r)
+    rr = row_dot(r, r)
     zero = torch.zeros((), dtype=b.dtype, device=b.device)
     for i in range(iters):
         Ap = matvec(p)
-        pAp = p.dot(Ap)
+        pAp = row_dot(p, Ap)
         active = (rr >= residual_tol) & (pAp > 0)
         alpha = torch.where(active, rr / torch.where(pAp > 0, pAp, 1.0), zero)
         x = x + alpha * p
         r = r - alpha * Ap
-        rr_new = r.dot(r)
+        rr_new = row_dot(r, r)
         beta = torch.where(active, rr_new / torch.where(rr > 0, rr, 1.0), zero)
         p = torch.where(active, r + beta * p, p)
         rr = torch.where(active, rr_new, rr)
         if callback is not None:
             callback(i, x)
-    return CGResult(x, rr.sqrt())
+    return CGResult(x, rr.sqrt() if b.dim() == 1 else rr.sqrt().squeeze(-1))
 
 
 def gauss_newton_fvp(

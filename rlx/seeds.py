@@ -352,6 +352,14 @@ class SeedGroup:
         scale_steps_per_seed_(params, before, factor)
         optimizer.zero_grad(set_to_none=True)
 
+    def add_activity(self, stats) -> None:
+        """``seed{i}/active`` (1 while seed i updates, 0 once it diverged or is done) and
+        ``seeds/active``, their count, into a :class:`~rlx.stats.Stats`."""
+        active = self.active()
+        for i in range(self.num_seeds):
+            stats.add(f"seed{i}/active", active[i], "min")
+        stats.add("seeds/active", active.sum(), "sum")
+
     def state_dict(self) -> dict[str, Tensor]:
         return {"alive": self.alive.clone(), "done": self.done.clone(), "lr_factor": self.lr_factor.clone()}
 

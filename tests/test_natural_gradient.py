@@ -137,6 +137,26 @@ def test_cg_solves_the_system_exactly_in_p_iterations(p: int) -> None:
     assert result.residual_norm < 1e-8
 
 
+@pytest.mark.parametrize("iters", [3, 12])
+def test_cg_on_rows_solves_each_row_as_alone(iters: int) -> None:
+    """[S, P] right-hand sides (S seeds, block-diagonal A): row i's iterates are a solve of
+    row i alone, including a row that converges early (an identity block) and freezes
+    while the others go on, and a zero row."""
+    p = 6
+    blocks = [_spd(p, seed=s)[0] for s in range(3)] + [2 * torch.eye(p, dtype=torch.float64), _spd(p, seed=9)[0]]
+    b = torch.stack([_spd(p, seed=10 + s)[1] for s in range(len(blocks))])
+    b[4] = 0.0
+    stacked = torch.stack(blocks)
+    result = conjugate_gradient(lambda v: torch.einsum("spq,sq->sp", stacked, v), b, iters=iters, residual_tol=1e-20)
+    assert result.x.shape == b.shape and result.residual_norm.shape == (len(blocks),)
+    for i, a in enumerate(blocks):
+        alone = conjugate_gradient(lambda v: a @ v, b[i], iters=iters, residual_tol=1e-20)
+        assert_close(result.x[i], alone.x, atol=1e-12, rtol=1e-12)
+        assert_close(result.residual_norm[i], alone.residual_norm, atol=1e-12, rtol=1e-12)
+    assert_close(result.x[3], b[3] / 2)  # the identity block: exact after one step, then frozen
+    assert torch.equal(result.x[4], torch.zeros(p))
+
+
 def test_cg_on_a_real_fisher_matches_a_dense_solve() -> None:
     spec, dist_cls, out_dim, _ = CASES["categorical"]
     net = _tiny_net(out_dim, seed=3)

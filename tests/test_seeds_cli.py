@@ -61,6 +61,22 @@ def test_eight_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsys) 
     assert (run_dir / "seeds.png").is_file()
 
 
+@pytest.mark.parametrize("line_search", [False, True], ids=["npg", "trpo"])
+def test_four_npg_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsys, line_search: bool) -> None:
+    """NPG (and TRPO) with 4 seeds: one natural step per seed per collect; every seed
+    reaches the stop_at within the config's budget, and one exports on its own."""
+    run_dir = tmp_path / "run"
+    args = ["train", str(ROOT / "configs" / "cartpole_npg.yaml"), "--seeds", "4", "--run-dir", str(run_dir),
+            "--threads", "1", "--set", f"config.line_search={str(line_search).lower()}"]
+    assert main(args) == 0
+    assert "stopped: every seed reached episodes/length_mean >= 475" in capsys.readouterr().out
+    rows = _rows(run_dir)
+    assert rows[-1]["env_steps"] < 300_000
+    assert all(f"seed{i}/npg/step_size" in rows[0] for i in range(4))
+    assert main(["eval", str(run_dir), "--seed", "2", "--episodes", "4", "--num-envs", "4"]) == 0
+    assert float(capsys.readouterr().out.split("eval/return_mean:")[1].split()[0]) >= 400
+
+
 def test_seed_i_of_a_checkpoint_is_seed_i_of_the_stack(tmp_path) -> None:
     algo = AlgorithmConfig(num_envs=8, horizon=8, num_seeds=3, device="cpu", seed=0, normalize_obs=True,
                            model_config={"hiddens": [16]}).build(CartPole)

@@ -25,7 +25,7 @@ from rlx.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
 from rlx.schedulers import Schedule
-from rlx.seeds import SeedGroup, StackedMLPActorCritic, normalize_per_seed
+from rlx.seeds import SeedGroup, StackedMLPActorCritic, normalize_per_seed, seed_rows
 from rlx.yaml_types import config_to_dict
 
 if TYPE_CHECKING:
@@ -322,6 +322,9 @@ class Algorithm(ABC):
             advantages=buf.get(ADVANTAGES)[:, :T],
             returns=buf.get(RETURNS)[:, :T],
         )
+        if self.seeds is not None:  # a seed whose rollout holds NaN or inf diverged: freeze it before any update
+            finite = torch.isfinite(buf.get(ADVANTAGES)[:, :T]) & torch.isfinite(buf.get(RETURNS)[:, :T])
+            self.seeds.alive &= seed_rows(finite, self.num_seeds).flatten(1).all(dim=1)
 
     def _flat_batch(self) -> dict[str, Obs]:
         """The ``N = B * T`` samples of the rollout as flat ``[N, ...]`` entries."""

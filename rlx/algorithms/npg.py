@@ -17,6 +17,12 @@ One :meth:`NPG.step` per collected batch:
 The natural step runs in float32 (or the model's dtype) even with ``enable_amp``, which
 applies to the critic regression only. No host sync happens before the single transfer
 of the step's statistics.
+
+With ``num_seeds = S`` (:mod:`rlx.seeds`) the actor's flat vector is ``[S, P]``, one row
+per seed: the surrogate is the sum of each seed's mean, so its gradient is each seed's
+own; the Fisher of that sum is block-diagonal, so one Fisher-vector product serves all
+seeds and conjugate gradient runs row by row (every dot product, step length and
+line-search choice per seed). A seed whose step is not finite is frozen where it was.
 """
 
 from __future__ import annotations
@@ -34,8 +40,9 @@ from rlx.algorithms.base import Algorithm
 from rlx.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
 from rlx.distributions import Distribution
 from rlx.env import OBS
-from rlx.natural_gradient import conjugate_gradient, gauss_newton_fvp, kl_hessian_fvp
+from rlx.natural_gradient import conjugate_gradient, gauss_newton_fvp, kl_hessian_fvp, row_dot
 from rlx.policy import Obs
+from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation
 from rlx.stats import Stats
 
 if TYPE_CHECKING:
@@ -90,9 +97,15 @@ def _has_analytic_fisher(dist: Distribution) -> bool:
     return type(dist).fisher_product is not Distribution.fisher_product
 
 
-def surrogate_of(dist: Distribution, samples: Samples) -> Tensor:
-    """``mean(exp(logp - logp_old) A)`` of ``dist`` on ``samples`` (0-d)."""
-    return (torch.exp(dist.log_prob(samples.actions) - samples.old_logp) * samples.advantages).mean()
+def surrogate_of(dist: Distribution, samples: Samples, num_seeds: int = 1) -> Tensor:
+    """``mean(exp(logp - logp_old) A)`` of ``dist`` on ``samples``: 0-d, or ``[S]``, each
+    seed's mean, for ``num_seeds = S > 1`` seed-major rows."""
+    return _mean((torch.exp(dist.log_prob(samples.actions) - samples.old_logp) * samples.advantages), num_seeds)
+
+
+def _mean(x: Tensor, num_seeds: int) -> Tensor:
+    """The mean of ``x`` (0-d), or each seed's (``[S]``)."""
+    return per_seed_mean(x, num_seeds) if num_seeds > 1 else x.mean()
 
 
 class Samples(NamedTuple):
@@ -111,6 +124,7 @@ class Samples(NamedTuple):
 class NaturalStep(NamedTuple):
     """What one natural step did, as 0-d tensors on the device."""
 
+    # 0-d each, or [S] with seeds.
     policy_loss: Tensor  #: minus the surrogate after the step
     entropy_loss: Tensor  #: minus the mean entropy before the step
     kl: Tensor  #: mean KL(old || new) on the batch, after the step
@@ -130,31 +144,42 @@ class NPG(Algorithm):
         self._actor_view = _ActorView(self.policy.model)
         names = {id(p): f"model.{n}" for n, p in self.policy.model.named_parameters()}
         self._actor_names = [names[id(p)] for p in self.actor_params]
-        self._actor_shapes = [p.shape for p in self.actor_params]
-        self._actor_sizes = [p.numel() for p in self.actor_params]
+        # With seeds the flat vector is [S, P]: each parameter's seed slice, flattened, per row.
+        lead = 1 if self.seeds is not None else 0
+        self._actor_shapes = [p.shape[lead:] for p in self.actor_params]
+        self._actor_sizes = [p.shape[lead:].numel() for p in self.actor_params]
 
     def _optimized_parameters(self) -> list[nn.Parameter]:
-        sample = self.env.observation_spec.rand((2,)).to(self.device)
+        sample = self.env.observation_spec.rand((2 * self.num_seeds,)).to(self.device)  # whole seeds
         self.actor_params, self.critic_params = split_actor_critic(self.policy.model, self.policy.normalize(sample))
         return self.critic_params
 
     # -- flat parameter vectors ------------------------------------------------------------
 
     def _flat_actor(self) -> Tensor:
+        """``[P]``, or ``[S, P]`` with seeds."""
+        if self.seeds is not None:
+            return torch.cat([p.detach().reshape(self.num_seeds, -1) for p in self.actor_params], dim=1)
         return torch.cat([p.detach().reshape(-1) for p in self.actor_params])
 
     def _unflatten(self, theta: Tensor) -> dict[str, Tensor]:
-        chunks = torch.split(theta, self._actor_sizes)
-        return {n: c.view(s) for n, c, s in zip(self._actor_names, chunks, self._actor_shapes)}
+        chunks = torch.split(theta, self._actor_sizes, dim=-1)
+        lead = theta.shape[:-1]  # (S,) with seeds
+        return {n: c.reshape(*lead, *s) for n, c, s in zip(self._actor_names, chunks, self._actor_shapes)}
 
     def _dist(self, theta: Tensor, samples: Samples) -> Distribution:
         """The action distribution of actor parameters ``theta`` on ``samples``."""
         params = functional_call(self._actor_view, self._unflatten(theta), (samples.obs_normalized,))
         return self.policy.distribution(params, samples.obs)
 
+    def _surrogates(self, theta: Tensor, samples: Samples) -> Tensor:
+        """``mean(exp(logp_θ - logp_old) A)``: the objective the step ascends (0-d, or
+        ``[S]`` with seeds)."""
+        return surrogate_of(self._dist(theta, samples), samples, self.num_seeds)
+
     def _surrogate(self, theta: Tensor, samples: Samples) -> Tensor:
-        """``mean(exp(logp_θ - logp_old) A)``: the objective the step ascends (0-d)."""
-        return surrogate_of(self._dist(theta, samples), samples)
+        """0-d: the surrogate, or with seeds the sum of theirs (whose gradient is each seed's own)."""
+        return self._surrogates(theta, samples).sum()
 
     # -- the step ------------------------------------------------------------------------
 
@@ -186,12 +211,15 @@ class NPG(Algorithm):
         vf_loss = self._fit_critic(samples.obs_normalized, batch[RETURNS])
         self._finish_step()
         stats = Stats()
+        add = SeedStats(stats, self.num_seeds).add if self.seeds is not None else stats.add
         for name, value in (("losses/policy", actor.policy_loss), ("losses/vf", vf_loss),
                             ("losses/entropy", actor.entropy_loss), ("losses/total", actor.policy_loss + vf_loss),
                             ("monitors/kl_div", actor.kl), ("npg/step_size", actor.step_size),
                             ("npg/cg_residual", actor.cg_residual), ("npg/surrogate_gain", actor.surrogate_gain),
                             ("npg/line_search_backtracks", actor.backtracks)):
-            stats.add(name, value.float())
+            add(name, value.float())
+        if self.seeds is not None:
+            self.seeds.add_activity(stats)
         stats.add("params/finite", self._params_finite(), "min")
         host = stats.to_host()  # SYNC: the stats of step()
         out = {**{k: v for k, v in host.items() if k != "params/finite"}, "monitors/lr": lr,
@@ -203,11 +231,11 @@ class NPG(Algorithm):
         """``θ += step · (F + λ I)⁻¹ g`` on the actor, with ``g`` from the whole batch and
         ``F`` from the FVP subsample; with ``line_search``, TRPO's backtracking."""
         cfg = self.config
-        theta0 = self._flat_actor()
+        theta0 = self._flat_actor()  # [P], or [S, P]
         with torch.no_grad():  # detached: never a live graph
             old_params = functional_call(self._actor_view, self._unflatten(theta0), (samples.obs_normalized,))
         old_dist = self.policy.distribution(old_params, samples.obs)
-        g = grad(self._surrogate)(theta0, samples)  # [P], whole batch
+        g = grad(self._surrogate)(theta0, samples)  # [P] ([S, P]), whole batch
         rdist.all_reduce_(g, "mean")  # data parallel: the gradient of the global batch
         sub, sub_old_dist = self._fvp_subsample(samples, old_params, old_dist)
         fvp = self._fisher_vector_product(theta0, sub, sub_old_dist)
@@ -217,41 +245,62 @@ class NPG(Algorithm):
             theta_new, step_size, backtracks = self._line_search(theta0, cg.x, scale, sub, sub_old_dist)
         else:
             theta_new, step_size, backtracks = theta0 + scale * cg.x, scale, torch.zeros_like(scale)
+            if self.seeds is not None:
+                step_size, backtracks = step_size.squeeze(-1), backtracks.squeeze(-1)
+        if self.seeds is not None:
+            theta_new, step_size = self._gate_seeds(theta0, theta_new, step_size)
+        S = self.num_seeds
         with torch.no_grad():
-            for p, chunk in zip(self.actor_params, torch.split(theta_new, self._actor_sizes)):
-                p.copy_(chunk.view_as(p))
+            for p, chunk in zip(self.actor_params, torch.split(theta_new, self._actor_sizes, dim=-1)):
+                p.copy_(chunk.reshape(p.shape))
             new_dist = self._dist(theta_new, samples)
-            surr_old, surr_new = surrogate_of(old_dist, samples), surrogate_of(new_dist, samples)
+            surr_old, surr_new = surrogate_of(old_dist, samples, S), surrogate_of(new_dist, samples, S)
             return NaturalStep(
-                -surr_new, -old_dist.entropy().mean(), old_dist.kl(new_dist).mean(), step_size,
+                -surr_new, -_mean(old_dist.entropy(), S), _mean(old_dist.kl(new_dist), S), step_size,
                 cg.residual_norm, surr_new - surr_old, backtracks,
             )
+
+    def _gate_seeds(self, theta0: Tensor, theta_new: Tensor, step_size: Tensor) -> tuple[Tensor, Tensor]:
+        """Keep each seed's step only while it is active; a seed whose step is not finite
+        diverged and stays where it was for good (the others are untouched)."""
+        seeds = self.seeds
+        seeds.alive &= torch.isfinite(theta_new).all(dim=1)
+        keep = seeds.active() > 0
+        return torch.where(keep.unsqueeze(1), theta_new, theta0), torch.where(keep, step_size, 0.0)
 
     def _fvp_subsample(self, samples: Samples, old_params: Tensor, old_dist: Distribution) -> tuple[Samples, Distribution]:
         """A random ``fvp_batch_size`` subsample for Fisher-vector products and the line
         search, and the old distribution on it (from the ``[N, K]`` old parameters)."""
         N, n = samples.advantages.shape[0], self.config.fvp_batch_size
-        if n >= N:
+        if n * self.num_seeds >= N:
             return samples, old_dist
-        idx = torch.randperm(N, device=self.device)[:n]
+        if self.seeds is not None:  # n random rows of every seed, seed-major
+            S = self.num_seeds
+            order = torch.rand(S, N // S, device=self.device).argsort(dim=1)[:, :n]
+            idx = (order + torch.arange(S, device=self.device).unsqueeze(1) * (N // S)).reshape(-1)
+        else:
+            idx = torch.randperm(N, device=self.device)[:n]
         sub = samples.select(idx)
         return sub, self.policy.distribution(old_params[idx], sub.obs)
 
     def _fisher_vector_product(self, theta0: Tensor, sub: Samples, sub_old_dist: Distribution) -> Callable[[Tensor], Tensor]:
         """``v -> (F + λ I) v`` at ``theta0`` on the subsample: Gauss-Newton with the
         distribution's analytic Fisher, else the Hessian of the mean KL; under torchrun,
-        the global batch's Fisher on every rank."""
-        damping = self.config.damping
+        the global batch's Fisher on every rank; with seeds, each seed's Fisher on its own
+        rows (the block-diagonal Fisher of the sum of their mean KLs)."""
+        damping, S = self.config.damping, self.num_seeds
 
         def params_fn(theta: Tensor) -> Tensor:
             return functional_call(self._actor_view, self._unflatten(theta), (sub.obs_normalized,))
 
         if _has_analytic_fisher(sub_old_dist):
-            fvp = gauss_newton_fvp(params_fn, theta0, sub_old_dist.fisher_product, damping=damping)
+            # gauss_newton_fvp divides by all S * n rows; each seed's Fisher is over its n.
+            fisher = sub_old_dist.fisher_product if S == 1 else (lambda u: S * sub_old_dist.fisher_product(u))
+            fvp = gauss_newton_fvp(params_fn, theta0, fisher, damping=damping)
         else:
 
             def mean_kl(theta: Tensor) -> Tensor:
-                return sub_old_dist.kl(self.policy.distribution(params_fn(theta), sub.obs)).mean()
+                return _mean(sub_old_dist.kl(self.policy.distribution(params_fn(theta), sub.obs)), S).sum()
 
             fvp = kl_hessian_fvp(mean_kl, theta0, damping=damping)
         if self.world_size == 1:
@@ -262,9 +311,9 @@ class NPG(Algorithm):
         """The multiplier of the CG direction ``x``: ``sqrt(2δ / xᵀ(F + λ I)x)`` (``"kl"``;
         0 for a direction of no curvature) or ``trust_region_size`` (``"fixed"``)."""
         cfg = self.config
-        if cfg.step_size_rule != "kl":
-            return torch.full((), cfg.trust_region_size, device=x.device, dtype=x.dtype)
-        xAx = x.dot(fvp(x))
+        if cfg.step_size_rule != "kl":  # 0-d, or [S, 1] with seeds
+            return torch.full(x.shape[:-1] + (1,) * (x.dim() - 1), cfg.trust_region_size, device=x.device, dtype=x.dtype)
+        xAx = row_dot(x, fvp(x))
         zero = torch.zeros((), device=x.device, dtype=x.dtype)
         return torch.where(xAx > 0, torch.sqrt(2.0 * cfg.max_kl / torch.where(xAx > 0, xAx, 1.0)), zero)
 
@@ -277,10 +326,13 @@ class NPG(Algorithm):
 
         Returns:
             ``(theta_new, step_size, backtracks)``: ``theta0`` itself, 0 and -1 when every
-            candidate is rejected.
+            candidate is rejected. With seeds, each seed chooses its own (``[S, P]``, ``[S]``, ``[S]``).
         """
         cfg = self.config
         coeffs = cfg.backtrack_coeff ** torch.arange(cfg.max_backtracks + 1, device=theta0.device, dtype=theta0.dtype)
+        S = self.num_seeds
+        if S > 1:
+            return self._line_search_seeds(theta0, direction, coeffs.view(-1, 1, 1) * scale, sub, sub_old_dist)
         scales = scale * coeffs  # [C]
         candidates = theta0 + scales.unsqueeze(1) * direction  # [C, P]
 
@@ -303,12 +355,37 @@ class NPG(Algorithm):
         backtracks = torch.where(accepted, first.squeeze(0).to(theta0.dtype), -torch.ones_like(zero))
         return theta_new, step_size, backtracks
 
+    def _line_search_seeds(
+        self, theta0: Tensor, direction: Tensor, scales: Tensor, sub: Samples, sub_old_dist: Distribution
+    ) -> tuple[Tensor, Tensor, Tensor]:
+        """:meth:`_line_search` for ``[S, P]`` seeds: ``scales`` is ``[C, S, 1]``, and each
+        seed takes the largest of its candidates that passes on its own rows."""
+        cfg, S = self.config, self.num_seeds
+        candidates = theta0 + scales * direction  # [C, S, P]
+
+        def evaluate(theta: Tensor) -> tuple[Tensor, Tensor]:
+            return self._surrogates(theta, sub), _mean(sub_old_dist.kl(self._dist(theta, sub)), S)
+
+        with torch.no_grad():
+            surr0 = self._surrogates(theta0, sub)  # [S]
+            surr_c, kl_c = vmap(evaluate)(candidates)  # [C, S] each, one batched pass
+        ok = (kl_c <= cfg.max_kl) & (surr_c > surr0) & torch.isfinite(surr_c)
+        first = torch.argmax(ok.to(torch.int8), dim=0)  # [S]: each seed's largest acceptable step
+        accepted = ok.any(dim=0)
+        chosen = candidates.gather(0, first.view(1, S, 1).expand(1, S, candidates.shape[-1])).squeeze(0)
+        theta_new = torch.where(accepted.unsqueeze(1), chosen, theta0)
+        step_size = torch.where(accepted, scales.squeeze(-1).gather(0, first.view(1, S)).squeeze(0), 0.0)
+        backtracks = torch.where(accepted, first.to(theta0.dtype), -1.0)
+        return theta_new, step_size, backtracks
+
     def _fit_critic(self, obs_normalized: Obs, returns: Tensor) -> Tensor:
         """Regress the critic on the λ-returns; the mean loss over minibatches (0-d)."""
         cfg = self.config
         N = returns.shape[0]
         M = cfg.critic_minibatch_size or N
         value_fn = getattr(self.policy.model, "value", None) or (lambda o: self.policy.model(o)[1])
+        if self.seeds is not None:
+            return self._fit_critic_seeds(obs_normalized, returns, value_fn)
         total = torch.zeros((), device=self.device)
         count = 0
         for _ in range(cfg.optim_critic_iters):
@@ -319,6 +396,27 @@ class NPG(Algorithm):
                     values = value_fn(obs_normalized[mb])
                 loss = 0.5 * (values.float() - returns[mb]).square().mean()
                 self.grad_scaler.scale(loss).backward()
+                self._optimizer_step(self.critic_params)
+                total = total + loss.detach()
+                count += 1
+        return total / count
+
+    def _fit_critic_seeds(self, obs_normalized: Obs, returns: Tensor, value_fn) -> Tensor:
+        """:meth:`_fit_critic` for S seeds: each minibatch holds ``critic_minibatch_size``
+        rows of every seed (the whole buffer by default), the loss is the sum of each
+        seed's mean, and each seed's optimizer step is clipped and gated on its own.
+        Returns each seed's mean loss, ``[S]``."""
+        cfg, S = self.config, self.num_seeds
+        n = returns.shape[0] // S
+        m = min(cfg.critic_minibatch_size or n, n)
+        total = torch.zeros(S, device=self.device)
+        count = 0
+        for _ in range(cfg.optim_critic_iters):
+            index, bounds = seed_major_permutation(S, n, m, device=self.device)
+            for lo, rows in bounds:
+                mb = index[lo : lo + rows]
+                loss = 0.5 * per_seed_mean((value_fn(obs_normalized[mb]).float() - returns[mb]).square(), S)
+                loss.sum().backward()
                 self._optimizer_step(self.critic_params)
                 total = total + loss.detach()
                 count += 1

@@ -337,11 +337,8 @@ class PPO(Algorithm):
             add("monitors/optimizer_steps", control.applied)
             if self._lr_applied is not None:
                 self._lr_applied.copy_(self._lr_tensor)  # the groups hold the base LR between steps
-        if self.seeds is not None:  # 1 while a seed updates, 0 once it diverged or is done
-            active = self.seeds.active()
-            for i in range(self.num_seeds):
-                stats.add(f"seed{i}/active", active[i], "min")
-            stats.add("seeds/active", active.sum(), "sum")
+        if self.seeds is not None:
+            self.seeds.add_activity(stats)
         if self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
             stats.add("monitors/lr", self._lr_tensor.clone())
         stats.add("params/finite", self._params_finite(), "min")
