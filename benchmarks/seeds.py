@@ -56,6 +56,7 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, default=8)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--table", default="seeds.md", help="markdown table's name in benchmarks/results/")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
@@ -76,17 +77,21 @@ def main() -> None:
         one = statistics.median(r["wall_s"] for r in runs[1])
         many = statistics.median(r["wall_s"] for r in runs[args.seeds])
         reached = min(r["reached"] for r in runs[args.seeds])
-        table.append(f"| {config} | {one:.1f} | {many:.1f} | {many / one:.2f}x | {reached}/{args.seeds} |")
+        steps = [statistics.median(r["env_steps"] for r in runs[k]) for k in (1, args.seeds)]
+        per_it = [statistics.median(r["wall_s"] / max(r["iterations"], 1) for r in runs[k]) for k in (1, args.seeds)]
+        table.append(f"| {config} | {one:.1f} | {many:.1f} | {many / one:.2f}x | {steps[0]:,.0f} / {steps[1]:,.0f} | "
+                     f"{per_it[0]:.3f} / {per_it[1]:.3f} ({per_it[1] / per_it[0]:.2f}x) | {reached}/{args.seeds} |")
     lines = [
         f"# {args.seeds} seeds in one process against one seed ({meta['cpu']}, {args.threads} threads, "
         f"torch {meta['torch']}, commit {commit}, {meta['date']})", "",
         f"Command: `python benchmarks/seeds.py --configs {' '.join(args.configs)} --seeds {args.seeds} "
         f"--repeats {args.repeats} --threads {args.threads}`. Training wall-clock to the config's stop_at (every "
         f"seed's, for {args.seeds} seeds), medians of {args.repeats} interleaved runs.", "",
-        f"| config | 1 seed (s) | {args.seeds} seeds (s) | ratio | seeds that reached it (worst run) |",
-        "|---|---|---|---|---|", *table,
+        f"| config | 1 seed (s) | {args.seeds} seeds (s) | ratio | env steps per seed (1 / {args.seeds} seeds, median) | "
+        f"s per iteration (1 / {args.seeds} seeds) | seeds that reached it (worst run) |",
+        "|---|---|---|---|---|---|---|", *table,
     ]
-    (RESULTS / "seeds.md").write_text("\n".join(lines) + "\n")
+    (RESULTS / args.table).write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -32,6 +32,7 @@ import torch
 from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
+from rlx import distributed as rdist
 from rlx.models import MLPActorCritic
 
 __all__ = [
@@ -60,12 +61,18 @@ def per_seed_mean(x: Tensor, num_seeds: int) -> Tensor:
     return seed_rows(x, num_seeds).flatten(1).mean(dim=1)
 
 
-def normalize_per_seed(advantages: Tensor, num_seeds: int, eps: float = 1e-8) -> Tensor:
+def normalize_per_seed(advantages: Tensor, num_seeds: int, eps: float = 1e-8, *, across_ranks: bool = False) -> Tensor:
     """``(A - mean_i) / (std_i + eps)`` with each seed's own mean and (population) std,
-    as a single-seed run normalizes its whole batch."""
+    as a single-seed run normalizes its whole batch; ``across_ranks``: over seed i's rows
+    of every rank (torch.distributed, equal rows per rank)."""
     a = seed_rows(advantages, num_seeds)
     flat = a.flatten(1)
-    std, mean = torch.std_mean(flat, dim=1, correction=0)
+    if across_ranks:
+        wide = flat.double()
+        moments = rdist.all_reduce_(torch.stack([wide.mean(dim=1), wide.square().mean(dim=1)]), "mean")  # [2, S]
+        mean, std = moments[0], (moments[1] - moments[0].square()).clamp(min=0).sqrt()
+    else:
+        std, mean = torch.std_mean(flat, dim=1, correction=0)
     shape = (num_seeds,) + (1,) * (a.dim() - 1)
     return ((a - mean.view(shape)) / (std.view(shape) + eps)).view_as(advantages).to(advantages.dtype)
 
@@ -338,7 +345,10 @@ class SeedGroup:
                        gate: Tensor | None = None) -> None:
         """Clip each seed's gradient, step the optimizer once for all, then keep each seed's
         step only where it is active, its gradient finite and its ``gate`` (a KL early
-        stop's ``[S]`` open mask) open; a non-finite gradient marks the seed diverged."""
+        stop's ``[S]`` open mask) open; a non-finite gradient marks the seed diverged.
+        Under torch.distributed the gradients are first averaged over ranks, so every
+        rank clips, gates and freezes alike."""
+        rdist.all_reduce_grads_(params)
         before = [p.detach().clone() for p in params]
         if max_grad_norm is not None:
             norms = clip_grad_norm_per_seed_(params, max_grad_norm, self.num_seeds)

@@ -396,9 +396,16 @@ class Trainer:
             mine = 128.0 + self.interrupted_by
         else:
             mine = 0.0 if self.stop_reason is None else 1.0
-        flag = rdist.all_reduce_(torch.tensor([mine], device=self.algorithm.device), "max")
+        seeds = getattr(self.algorithm, "seeds", None)
+        flag = torch.tensor([mine], device=self.algorithm.device)
+        if seeds is not None:  # a seed done on any rank (rank 0's evaluation) is done on all
+            flag = torch.cat([flag, seeds.done.float()])
+        flag = rdist.all_reduce_(flag, "max")
         with allowed_sync():
-            decided = int(flag.item())  # SYNC: once per iteration
+            flags = flag.tolist()  # SYNC: once per iteration
+        decided = int(flags[0])
+        if seeds is not None:
+            seeds.mark_done([i for i, done in enumerate(flags[1:]) if done])
         if decided >= 128 and self.interrupted_by is None:
             self.interrupted_by = decided - 128
             self.stop_reason = f"another rank {signal_reason(decided - 128)}"

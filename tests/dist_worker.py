@@ -1,8 +1,8 @@
 """A torchrun worker for tests/test_distributed.py (also runs as a single process).
 
     python tests/dist_worker.py MODE TOTAL_ENVS OUT
-        (MODE: ppo, npg, recurrent_ppo, rsl_rl_groups, ppo_kl_stop, mismatch, mismatch_env_kwargs, die,
-        running_stats)
+        (MODE: ppo, npg, recurrent_ppo, rsl_rl_groups, ppo_kl_stop, ppo_seeds, npg_seeds, seeds_done,
+        mismatch, mismatch_env_kwargs, die, running_stats)
 """
 
 from __future__ import annotations
@@ -24,14 +24,20 @@ class IndexedWalker(Env):
     """Deterministic: sub-env g (global index across ranks) walks toward target g % 5 - 2.
 
     Episodes last g % 4 + 3 steps; even g terminate, odd g truncate. No RNG anywhere, so
-    2 ranks x B/2 envs see exactly the transitions of 1 rank x B envs.
+    2 ranks x B/2 envs see exactly the transitions of 1 rank x B envs. With ``seeds = S``
+    the S blocks of rows are the seeds' (rlx.seeds), and g counts within each seed's
+    envs across ranks: seed i sees the same envs on 1 and on 2 ranks.
     """
+
+    seeds = 1
 
     def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu") -> None:
         super().__init__(num_envs, horizon, device=device)
         self.observation_spec = Unbounded(shape=(2,), device=self.device)
         self.action_spec = Categorical(2, device=self.device)
-        g = torch.arange(num_envs, device=self.device) + rdist.rank() * num_envs
+        per_seed = num_envs // self.seeds
+        j = torch.arange(num_envs, device=self.device)
+        g = (j // per_seed) * per_seed * rdist.world_size() + rdist.rank() * per_seed + j % per_seed
         self.target = (g % 5 - 2).float()
         self.length = g % 4 + 3
         self.parity = g % 2
@@ -93,6 +99,36 @@ class IndexedWalkerVecEnv:
         return self._groups(), out["rewards"].squeeze(-1), dones, extras
 
 
+class RankZeroMarksSeedOneDone:
+    """A stop condition that holds for seed 1 on rank 0 alone, after iteration 2 (as an
+    evaluation, which rank 0 alone runs, would decide)."""
+
+    def __call__(self, trainer, metrics):
+        if rdist.rank() == 0 and trainer.iteration >= 2:
+            trainer.algorithm.seeds.mark_done([1])
+        return None
+
+    def state_dict(self):
+        return {}
+
+    def load_state_dict(self, state) -> None:
+        pass
+
+
+def seeds_done(common: dict, out: str, rank: int) -> None:
+    """2 seeds under a Trainer for 5 iterations: every rank must stop updating seed 1
+    when rank 0's condition marks it done, and keep seed 0 going alike."""
+    from rlx.trainer import Trainer, TrainerConfig
+
+    IndexedWalker.seeds = 2
+    algo = AlgorithmConfig(**common, num_seeds=2, optimizer_config={"lr": 1e-2}).build(IndexedWalker)
+    trainer = Trainer(algo, TrainerConfig(max_iterations=5, progress=False), stop_conditions=[RankZeroMarksSeedOneDone()])
+    trainer.run()
+    torch.save({"params": [p.detach() for p in algo.policy.parameters()], "done": algo.seeds.done.tolist(),
+                "iteration": trainer.iteration}, f"{out}.rank{rank}")
+    torch.distributed.destroy_process_group()
+
+
 def main() -> None:
     mode, total, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rdist.init_from_env(device_type="cpu")
@@ -110,6 +146,9 @@ def main() -> None:
         return
     common = dict(num_envs=total // world, horizon=8, device="cpu", seed=0, gamma=0.9, normalize_obs=True,
                   model_config={"hiddens": [16]})
+    if mode == "seeds_done":
+        seeds_done(common, out, rank)
+        return
     try:
         if mode == "ppo":
             config = AlgorithmConfig(**common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2})
@@ -128,6 +167,14 @@ def main() -> None:
                                      entropy_coeff=0.01, obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]})
         elif mode == "npg":
             config = NPGConfig(**common, fvp_subsample=1.0, line_search=True, optim_critic_iters=2)
+        elif mode == "ppo_seeds":  # 2 seeds replicated on every rank, each data-parallel; per-seed KL stop
+            IndexedWalker.seeds = 2
+            config = AlgorithmConfig(**common, num_seeds=2, num_sgd_iters=3, shuffle_minibatches=False,
+                                     optimizer_config={"lr": 3e-2}, target_kl_div=2e-3)
+        elif mode == "npg_seeds":
+            IndexedWalker.seeds = 2
+            config = NPGConfig(**common, num_seeds=2, fvp_subsample=1.0, line_search=True, optim_critic_iters=2,
+                               normalize_rewards=True)
         elif mode == "mismatch":
             config = AlgorithmConfig(**{**common, "num_envs": 4 + rank})
         else:  # die, mismatch_env_kwargs

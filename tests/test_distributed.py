@@ -36,7 +36,7 @@ def _torchrun(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["ppo", "npg", "recurrent_ppo", "rsl_rl_groups"])
+@pytest.mark.parametrize("mode", ["ppo", "npg", "recurrent_ppo", "rsl_rl_groups", "ppo_seeds", "npg_seeds"])
 def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: str) -> None:
     single = subprocess.run([sys.executable, WORKER, mode, "8", str(tmp_path / "single.pt")], capture_output=True,
                             text=True, timeout=120, env=_env())
@@ -48,6 +48,8 @@ def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: st
     for x, y in zip(a["params"], b["params"]):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
     keys = ["losses/policy", "losses/vf", "monitors/kl_div", "episodes/return_mean"]
+    if mode.endswith("_seeds"):  # seeds replicated per rank: each seed data-parallel over the ranks
+        keys += [f"seed{i}/{k}" for i in range(2) for k in keys]
     if mode == "rsl_rl_groups":  # the env's log extras are reduced across ranks like rlx's own stats
         keys.append("env/position")
     for key in keys:
@@ -71,6 +73,20 @@ def test_the_kl_early_stop_decides_alike_on_every_rank_and_as_one_rank_would(tmp
     for x, y, z in zip(one["params"], ranks[0]["params"], ranks[1]["params"]):
         assert torch.equal(y, z)  # the ranks never diverge
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.slow
+def test_a_seed_done_on_rank_zero_stops_updating_on_every_rank(tmp_path) -> None:
+    """Per-seed stop conditions can hold on one rank only (rank 0 alone evaluates): the
+    trainer merges the done seeds across ranks each iteration, so the replicas agree."""
+    out = tmp_path / "done"
+    result = _torchrun(WORKER, "seeds_done", "8", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    r0, r1 = torch.load(f"{out}.rank0"), torch.load(f"{out}.rank1")
+    assert r0["done"] == r1["done"] == [False, True]
+    assert r0["iteration"] == r1["iteration"] == 5
+    for a, b in zip(r0["params"], r1["params"]):
+        assert torch.equal(a, b)
 
 
 @pytest.mark.slow

@@ -76,8 +76,6 @@ class Algorithm(ABC):
         # num_seeds = S: S * B sub-envs, rows i*B:(i+1)*B for seed i (rlx.seeds).
         self.num_seeds = config.num_seeds
         self.seeds = SeedGroup(self.num_seeds, self.device) if self.num_seeds > 1 else None
-        if self.seeds is not None and self.world_size > 1:
-            raise ValueError(f"{type(config).__name__}.num_seeds: not supported under torch.distributed yet")
         self.num_envs, self.horizon = config.num_envs * self.num_seeds, config.horizon
         check_env_limits(env_cls, self.num_envs, self.horizon)
         self.env = env_cls(self.num_envs, self.horizon, device=self.device)
@@ -294,7 +292,7 @@ class Algorithm(ABC):
         """``(A - mean) / std`` with the mean and std of the batch on every rank (of each
         seed's rows, with seeds)."""
         if self.seeds is not None:
-            return normalize_per_seed(advantages, self.num_seeds)
+            return normalize_per_seed(advantages, self.num_seeds, across_ranks=self.world_size > 1)
         if self.world_size == 1:
             std, mean = torch.std_mean(advantages, correction=0)
         else:
@@ -324,7 +322,8 @@ class Algorithm(ABC):
         )
         if self.seeds is not None:  # a seed whose rollout holds NaN or inf diverged: freeze it before any update
             finite = torch.isfinite(buf.get(ADVANTAGES)[:, :T]) & torch.isfinite(buf.get(RETURNS)[:, :T])
-            self.seeds.alive &= seed_rows(finite, self.num_seeds).flatten(1).all(dim=1)
+            finite = seed_rows(finite, self.num_seeds).flatten(1).all(dim=1)
+            self.seeds.alive &= rdist.all_reduce_(finite.float(), "min") > 0  # frozen on every rank alike
 
     def _flat_batch(self) -> dict[str, Obs]:
         """The ``N = B * T`` samples of the rollout as flat ``[N, ...]`` entries."""

@@ -369,6 +369,10 @@ class NPG(Algorithm):
         with torch.no_grad():
             surr0 = self._surrogates(theta0, sub)  # [S]
             surr_c, kl_c = vmap(evaluate)(candidates)  # [C, S] each, one batched pass
+            if self.world_size > 1:  # the global batch's surrogates and KLs: every rank chooses alike
+                reduced = rdist.all_reduce_(torch.cat([surr_c, kl_c, surr0.view(1, S)]), "mean")
+                C = surr_c.shape[0]
+                surr_c, kl_c, surr0 = reduced[:C], reduced[C : 2 * C], reduced[-1]
         ok = (kl_c <= cfg.max_kl) & (surr_c > surr0) & torch.isfinite(surr_c)
         first = torch.argmax(ok.to(torch.int8), dim=0)  # [S]: each seed's largest acceptable step
         accepted = ok.any(dim=0)

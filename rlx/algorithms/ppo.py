@@ -352,7 +352,7 @@ class PPO(Algorithm):
         if self.seeds is not None:  # one pass (no micro-batches with seeds): each seed's mean
             logp, old_logp = self.minibatches.log_prob(self.policy, batch)
             log_ratio = (logp - old_logp).float()
-            return per_seed_mean(torch.expm1(log_ratio) - log_ratio, self.num_seeds)
+            return rdist.all_reduce_(per_seed_mean(torch.expm1(log_ratio) - log_ratio, self.num_seeds), "mean")
         total = torch.zeros((), device=self.device)
         for lo in range(0, n, min(self._micro_units, n)):
             part = {key: x[lo : lo + self._micro_units] for key, x in batch.items()}
