@@ -104,12 +104,16 @@ def config_path(env: str, algo: str) -> Path:
     return ROOT / "configs" / "mujoco" / f"{env}_{algo}.yaml"
 
 
-def run_rlx(env: str, algo: str, seed: int, steps: int, run_root: Path) -> dict:
-    """Train one shipped config in a fresh process; read its metrics.jsonl."""
-    run_dir = run_root / f"{env}_{algo}_s{seed}_{int(time.time())}"
+def run_rlx(env: str, algo: str, seed: int, steps: int, run_root: Path, variant: str | None = None,
+            overrides: tuple[str, ...] = ()) -> dict:
+    """Train one shipped config (with ``overrides``, ``--set`` style, for an ablation
+    ``variant``) in a fresh process; read its metrics.jsonl."""
+    tag = f"_{variant}" if variant else ""
+    run_dir = run_root / f"{env}_{algo}{tag}_s{seed}_{int(time.time())}"
     cmd = [
         sys.executable, "-m", "rlx", "train", str(config_path(env, algo)), "--run-dir", str(run_dir), "--threads", "1",
         "--set", f"config.seed={seed}", "--set", f"trainer.max_env_steps={steps}", "--set", "trainer.progress=false",
+        *(arg for o in overrides for arg in ("--set", o)),
     ]
     start = time.perf_counter()
     proc = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
@@ -358,10 +362,15 @@ def _mean_std(values: list[float]) -> str:
     return f"{statistics.mean(values):.1f} ± {std:.1f}"
 
 
+def run_key(r: dict) -> tuple:
+    """What makes two records the same run: library, env, algorithm, ablation variant, seed, steps."""
+    return r["lib"], r["env"], r["algo"], r.get("variant"), r["seed"], r["steps"]
+
+
 def latest(rows: list[dict]) -> list[dict]:
-    """One record per (lib, env, algo, seed, steps): the latest, so a rerun replaces a run
+    """One record per run key (:func:`run_key`): the latest, so a rerun replaces a run
     instead of counting its seed twice."""
-    by_key = {(r["lib"], r["env"], r["algo"], r["seed"], r["steps"]): r for r in rows}
+    by_key = {run_key(r): r for r in rows}
     return list(by_key.values())
 
 
@@ -370,7 +379,8 @@ def table(rows: list[dict]) -> str:
     of each), the final evaluation, the mean wall-clock, and tianshou's published figure."""
     groups: dict[tuple, list[dict]] = {}
     for r in latest(rows):
-        groups.setdefault((r["env"], r["algo"], r["lib"], r["steps"]), []).append(r)
+        algo = r["algo"] + (f" [{r['variant']}]" if r.get("variant") else "")
+        groups.setdefault((r["env"], algo, r["lib"], r["steps"]), []).append(r)
     order = {e: i for i, e in enumerate(ENVS)}
     lines = [
         "| env | algo | library | env steps | seeds | max eval (mean ± std) | final eval (mean ± std) | "
@@ -378,7 +388,7 @@ def table(rows: list[dict]) -> str:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for (env, algo, lib, steps), group in sorted(groups.items(), key=lambda kv: (order.get(kv[0][0], 99), kv[0][1:])):
-        pub = TIANSHOU_PUBLISHED.get((env, algo))
+        pub = TIANSHOU_PUBLISHED.get((env, algo.split(" [")[0]))
         published = f"{pub[0]:.1f} ± {pub[1]:.1f}" if pub and steps == 1_000_000 else "n/a"
         lines.append(
             f"| {' / '.join(sorted({env_label(r) for r in group}))} | {algo} | {lib} | {steps:,} | {len(group)} | "
@@ -416,6 +426,9 @@ def main() -> None:
     parser.add_argument("--table-only", action="store_true", help="rewrite the table from the results file")
     parser.add_argument("--run-root", default=str(ROOT / "runs" / "mujoco"))
     parser.add_argument("--out", default=str(RESULTS))
+    parser.add_argument("--variant", help="an ablation's name, recorded with its runs (use with --set and --out)")
+    parser.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                        help="override a field of the shipped rlx config (repeatable), as rlx train --set")
     parser.add_argument("--vectorization", action="store_true",
                         help="only measure sync vs async gymnasium vector envs on --envs (B = 8, 16)")
     parser.add_argument("--peer-run", choices=list(PEERS), help=argparse.SUPPRESS)
@@ -440,7 +453,9 @@ def main() -> None:
         write_table(load(out), out.with_suffix(".md"))
         print(table(load(out)))
         return
-    done = {(r["lib"], r["env"], r["algo"], r["seed"], r["steps"]) for r in load(out)} if args.skip_done else set()
+    if args.overrides and not args.variant:
+        parser.error("--set changes the shipped config: name the ablation with --variant")
+    done = {run_key(r) for r in load(out)} if args.skip_done else set()
     jobs = []
     for env in args.envs:
         for algo in args.algos:
@@ -448,7 +463,7 @@ def main() -> None:
                 if lib != "rlx" and algo not in PEER_ALGOS[lib]:
                     continue
                 for seed in args.seeds:
-                    if (lib, env, algo, seed, args.steps) not in done:
+                    if (lib, env, algo, args.variant, seed, args.steps) not in done:
                         jobs.append((lib, env, algo, seed))
     print(f"{len(jobs)} runs, {args.jobs} at a time; results -> {out}", flush=True)
     rev, host = commit(), machine()
@@ -457,11 +472,12 @@ def main() -> None:
     def one(job: tuple) -> dict:
         lib, env, algo, seed = job
         if lib == "rlx":
-            result = run_rlx(env, algo, seed, args.steps, Path(args.run_root))
+            result = run_rlx(env, algo, seed, args.steps, Path(args.run_root), args.variant, tuple(args.overrides))
         else:
             result = run_peer(lib, env, algo, seed, args.steps, args.peer_python)
         record = {
             "lib": lib, "env": env, "algo": algo, "seed": seed, "steps": args.steps, **summarize(result),
+            **({"variant": args.variant, "overrides": args.overrides} if args.variant else {}),
             "commit": rev, "machine": host, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
         with lock, open(out, "a") as f:  # one line per finished run, appended at once
