@@ -247,7 +247,6 @@ class RecurrentAlgorithmConfig(SequenceFields, AlgorithmConfig):
     """
 
     algorithm_cls: ClassVar[type[Algorithm]] = RecurrentPPO
-    supports_seeds: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -268,7 +267,6 @@ class RecurrentA2CConfig(SequenceFields, A2CConfig):
     """
 
     algorithm_cls: ClassVar[type[Algorithm]] = RecurrentA2C
-    supports_seeds: ClassVar[bool] = False
 
     def __post_init__(self) -> None:
         super().__post_init__()

@@ -96,7 +96,8 @@ class CommonConfig:
     #: S networks as one batched matmul per layer. Per seed: optimizer state, reward
     #: scaler, observation normalizer, advantage normalization, gradient clipping, KL
     #: early stop and adaptive LR, NPG's natural step and line search, NaN freeze and
-    #: statistics (``seed{i}/...``). PPO, A2C and NPG/TRPO so far.
+    #: statistics (``seed{i}/...``). Every algorithm, recurrent ones included (the
+    #: default recurrent model stacks its LSTM/GRU cells: :mod:`rlx.stacked`).
     num_seeds: int = 1
 
     def __post_init__(self) -> None:
@@ -145,21 +146,20 @@ class CommonConfig:
 
     def _check_seeds(self) -> None:
         """What ``num_seeds > 1`` supports so far, refused by name otherwise."""
-        from rlx.seeds import StackedMLPActorCritic
+        from rlx.stacked import STACKED_MODELS
 
         if not self.supports_seeds:
-            fail(self, "num_seeds", f"num_seeds={self.num_seeds} is supported by AlgorithmConfig (PPO), A2CConfig and NPGConfig "
-                                    f"only so far, not by {type(self).__name__}")
+            fail(self, "num_seeds", f"num_seeds={self.num_seeds} is not supported by {type(self).__name__}")
 
+        stacked = tuple(STACKED_MODELS.values())
         custom = self.model if self.model is not None else self.model_cls
         if custom is not None and not (
-            isinstance(custom, StackedMLPActorCritic)
-            or (isinstance(custom, type) and issubclass(custom, StackedMLPActorCritic))
+            isinstance(custom, stacked) or (isinstance(custom, type) and issubclass(custom, stacked))
         ):
             field = "model" if self.model is not None else "model_cls"
-            fail(self, field, f"num_seeds={self.num_seeds} needs a model with a seed dim (rlx.seeds.StackedMLPActorCritic "
-                              f"or a subclass), got {custom!r}")
-        if isinstance(self.model, StackedMLPActorCritic) and self.model.num_seeds != self.num_seeds:
+            fail(self, field, f"num_seeds={self.num_seeds} needs a model with a seed dim (rlx.seeds.StackedMLPActorCritic, "
+                              f"StackedRecurrentActorCritic or a subclass), got {custom!r}")
+        if isinstance(self.model, stacked) and self.model.num_seeds != self.num_seeds:
             fail(self, "model", f"stacks {self.model.num_seeds} seeds, but num_seeds={self.num_seeds}")
         for field in ("enable_amp",):
             if getattr(self, field):

@@ -134,9 +134,10 @@ def policy_from_checkpoint(
         policy = build(algo_config.model_cls, algo_config.model_config)
         policy.load_state_dict(state["algorithm"]["policy"])
         return policy, run
-    from rlx.seeds import StackedMLPActorCritic
+    from rlx.stacked import stacked_model_cls
 
-    stacked = build(algo_config.model_cls or StackedMLPActorCritic,
+    policy_cls = algo_config.algorithm_cls.policy_cls
+    stacked = build(algo_config.model_cls or stacked_model_cls(policy_cls.default_model_cls),
                     {**(algo_config.model_config or {}), "num_seeds": num_seeds}, num_seeds)
     stacked.load_state_dict(state["algorithm"]["policy"])
     policy = build(None, algo_config.model_config)  # one agent: the single-seed model

@@ -307,10 +307,8 @@ class RecurrentActorCritic(nn.Module):
     def initial_state(self, batch_size: int) -> Tensor:
         """Zeros, ``[B, num_layers, k, hidden_size]`` (``2 * num_layers`` with a separate critic)."""
         layers = self.num_layers * (2 if self.separate_critic else 1)
-        weight = self.actor.weight
-        return torch.zeros(
-            batch_size, layers, self.state_tensors, self.hidden_size, dtype=torch.float32, device=weight.device
-        )
+        device = next(self.parameters()).device
+        return torch.zeros(batch_size, layers, self.state_tensors, self.hidden_size, dtype=torch.float32, device=device)
 
     def _step(self, x: Tensor, state: Tensor, cells: nn.ModuleList) -> Tensor:
         """One step of a cell stack: ``[B, F]`` features, ``[B, layers, k, H]`` state."""
@@ -348,7 +346,12 @@ class RecurrentActorCritic(nn.Module):
             else:
                 state = actor_state
         core = torch.stack(actor_out, dim=1)  # [B, L, H]
-        head = self.actor(core)  # [B, L, S]
-        if self.log_std is not None:
-            head = torch.cat([head, self.log_std.to(head.dtype).expand(B, L, -1)], dim=-1)
+        head = self._with_log_std(self.actor(core))  # [B, L, S + I]
         return head, self.critic(torch.stack(critic_out, dim=1) if critic_out else core), state
+
+    def _with_log_std(self, head: Tensor) -> Tensor:
+        """``[B, L, S]`` head outputs, then the state-independent parameters (``[B, L, S + I]``)."""
+        if self.log_std is None:
+            return head
+        B, L = head.shape[:2]
+        return torch.cat([head, self.log_std.to(head.dtype).expand(B, L, -1)], dim=-1)

@@ -195,15 +195,17 @@ class PolicyBase(nn.Module):
                 obs.set(path, self._normalized(name, obs.get(path)))
         return obs
 
-    def _by_seed(self, x: Tensor) -> Tensor:
-        """``[S * n, *obs]`` -> ``[n, S, *obs]``: each seed's rows against its statistics."""
-        return x.reshape(self.num_seeds, -1, *x.shape[1:]).transpose(0, 1)
+    def _by_seed(self, x: Tensor, event_dims: int) -> Tensor:
+        """``[S * n, ..., *obs]`` -> ``[m, S, *obs]`` (``event_dims = len(obs)``, more
+        leading dims such as a sequence's ``L`` folded into ``m``): each seed's rows
+        against its statistics."""
+        return x.reshape(self.num_seeds, -1, *x.shape[x.dim() - event_dims :]).transpose(0, 1)
 
     def _normalized(self, name: str, x: Tensor) -> Tensor:
         rms = self.obs_normalizers[name]
         if self.num_seeds == 1:
             return rms.normalize(x)
-        return rms.normalize(self._by_seed(x)).transpose(0, 1).reshape(x.shape)
+        return rms.normalize(self._by_seed(x, len(rms.shape) - 1)).transpose(0, 1).reshape(x.shape)
 
     @property
     def actor_obs_keys(self) -> list[str] | None:
@@ -222,7 +224,8 @@ class PolicyBase(nn.Module):
         """Merge a ``[N, *obs]`` batch of raw observations into the running statistics."""
         for name, path in self._norm_keys.items():
             x = obs if isinstance(obs, Tensor) else obs.get(path)
-            self.obs_normalizers[name].update(self._by_seed(x) if self.num_seeds > 1 else x)
+            rms = self.obs_normalizers[name]
+            rms.update(self._by_seed(x, len(rms.shape) - 1) if self.num_seeds > 1 else x)
 
     def distribution(self, params: Tensor, obs: Obs) -> Distribution:
         """The action distribution for model outputs ``params`` at observations ``obs``."""

@@ -5,7 +5,8 @@ seed ``i``; every tensor the update sees keeps that *seed-major* order with the 
 number of rows per seed. Then
 
 * the networks of the S agents run as one batched matmul per layer
-  (:class:`StackedMLPActorCritic`: weights ``[S, in, out]``, ``torch.baddbmm`` over
+  (:mod:`rlx.stacked`: :class:`StackedMLPActorCritic` and
+  :class:`StackedRecurrentActorCritic`, weights ``[S, in, out]``, ``torch.baddbmm`` over
   ``[S, rows, in]``), which ``benchmarks/seed_stacking.py`` measured faster than a loop
   over S modules and as fast as ``torch.func.vmap`` over stacked parameters;
 * a loss that is the *sum over seeds* of each seed's mean (:func:`per_seed_mean`) gives
@@ -29,15 +30,22 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch import Tensor, nn
-from torchrl.data import TensorSpec
+from torch import Tensor
 
 from rlx import distributed as rdist
-from rlx.models import MLPActorCritic
+from rlx.stacked import (  # the seed-stacked models, re-exported
+    StackedLinear,
+    StackedMLPActorCritic,
+    StackedRecurrentActorCritic,
+    StackedRNNCell,
+    seed_rows,
+)
 
 __all__ = [
     "StackedLinear",
     "StackedMLPActorCritic",
+    "StackedRNNCell",
+    "StackedRecurrentActorCritic",
     "seed_rows",
     "per_seed_mean",
     "normalize_per_seed",
@@ -47,13 +55,6 @@ __all__ = [
     "seed_minibatch_bounds",
     "grad_norms_per_seed",
 ]
-
-
-def seed_rows(x: Tensor, num_seeds: int) -> Tensor:
-    """``[S * n, ...]`` -> ``[S, n, ...]`` (a view), refusing a row count that S does not divide."""
-    if x.shape[0] % num_seeds:
-        raise ValueError(f"seed_rows: {x.shape[0]} rows do not split into {num_seeds} seeds of equal size")
-    return x.view(num_seeds, x.shape[0] // num_seeds, *x.shape[1:])
 
 
 def per_seed_mean(x: Tensor, num_seeds: int) -> Tensor:
@@ -151,146 +152,6 @@ def seed_minibatch_bounds(num_seeds: int, rows_per_seed: int, minibatch_rows: in
     if not 1 <= m <= n:
         raise ValueError(f"seed minibatches: minibatch_rows (per seed) must be in [1, {n}], got {m}")
     return [(S * lo, S * (min(lo + m, n) - lo)) for lo in range(0, n, m)]
-
-
-class StackedLinear(nn.Module):
-    """S linear layers in one: ``y[i] = x[i] @ weight[i] + bias[i]`` by ``torch.baddbmm``.
-
-    ``weight`` is ``[S, in, out]`` (transposed from ``nn.Linear``'s ``[out, in]``) and
-    ``bias`` ``[S, 1, out]``; ``x`` is ``[S, n, in]``. ``float32`` computes in float32
-    under autocast, as :class:`~rlx.models.Float32Linear` does for the output heads.
-    """
-
-    def __init__(self, linears: Sequence[nn.Linear], *, float32: bool = False) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.stack([l.weight.detach().t() for l in linears]).contiguous())
-        self.bias = nn.Parameter(torch.stack([l.bias.detach() for l in linears]).unsqueeze(1).contiguous())
-        self.float32 = float32
-
-    def forward(self, x: Tensor) -> Tensor:
-        if self.float32 and torch.is_autocast_enabled(x.device.type):
-            with torch.autocast(device_type=x.device.type, enabled=False):
-                return torch.baddbmm(self.bias, x.float(), self.weight)
-        return torch.baddbmm(self.bias, x, self.weight)
-
-
-def _stack_mlp(mlps: Sequence[nn.Sequential]) -> nn.Sequential:
-    """One stacked MLP from S MLPs of the same shape (their activations are stateless)."""
-    layers: list[nn.Module] = []
-    for modules in zip(*mlps):
-        first = modules[0]
-        if isinstance(first, nn.Linear):
-            layers.append(StackedLinear(modules, float32=type(first).__name__ == "Float32Linear"))
-        else:
-            layers.append(first)
-    return nn.Sequential(*layers)
-
-
-class StackedMLPActorCritic(MLPActorCritic):
-    """S :class:`~rlx.models.MLPActorCritic` agents evaluated at once, for ``num_seeds = S``.
-
-    It follows the model interface (:mod:`rlx.models`) over seed-major rows: ``obs`` of
-    ``N = S * n`` rows, rows ``i*n:(i+1)*n`` for seed i, maps to ``(dist_params [N, .],
-    values [N, 1])``, each seed's rows through its own weights. Parameters carry a leading
-    seed dim (``[S, in, out]``, ``[S, 1, out]``, ``log_std [S, I]``). ``forward``,
-    ``value``, ``dist_params`` and the NPG parameter split are the single model's, over
-    the stacked layers.
-
-    Args:
-        observation_spec, action_spec, num_params, **mlp_kwargs: As for
-            :class:`~rlx.models.MLPActorCritic` (``hiddens``, ``activation_fn``, ...).
-        num_seeds: ``S``.
-        seed: Seed i's initial parameters are those an ``MLPActorCritic`` gets after
-            ``torch.manual_seed(seed + i)`` (the global RNG is left as it was); ``None``
-            draws them in turn from the global RNG.
-    """
-
-    def __init__(
-        self,
-        observation_spec: TensorSpec,
-        action_spec: TensorSpec,
-        /,
-        *,
-        num_params: tuple[int, int],
-        num_seeds: int,
-        seed: int | None = None,
-        **mlp_kwargs,
-    ) -> None:
-        nn.Module.__init__(self)  # the layers come stacked from S single models, not built here
-        if not isinstance(num_seeds, int) or num_seeds < 1:
-            raise ValueError(f"StackedMLPActorCritic.num_seeds: must be a positive int, got {num_seeds!r}")
-        self.num_seeds = num_seeds
-        models = []
-        for i in range(num_seeds):
-            if seed is None:
-                models.append(MLPActorCritic(observation_spec, action_spec, num_params=num_params, **mlp_kwargs))
-                continue
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed + i)
-                models.append(MLPActorCritic(observation_spec, action_spec, num_params=num_params, **mlp_kwargs))
-        self._load_from(models)
-
-    @classmethod
-    def from_models(cls, models: Sequence[MLPActorCritic]) -> StackedMLPActorCritic:
-        """The stack of existing single-seed models (their parameters copied, in order)."""
-        if not models:
-            raise ValueError("StackedMLPActorCritic.from_models: needs at least one model")
-        self = cls.__new__(cls)
-        nn.Module.__init__(self)
-        self.num_seeds = len(models)
-        self._load_from(list(models))
-        return self
-
-    def _load_from(self, models: list[MLPActorCritic]) -> None:
-        first = models[0]
-        shapes = [[tuple(p.shape) for p in m.parameters()] for m in models]
-        if any(s != shapes[0] for s in shapes):
-            raise ValueError("StackedMLPActorCritic: the models differ in shape; seeds must share an architecture")
-        self.observation_spec = first.observation_spec
-        self.actor_spec, self.critic_spec = first.actor_spec, first.critic_spec
-        self.actor = _stack_mlp([m.actor for m in models])
-        self.critic = _stack_mlp([m.critic for m in models])
-        self.log_std = (
-            nn.Parameter(torch.stack([m.log_std.detach() for m in models]).contiguous())
-            if first.log_std is not None else None
-        )
-        # The architecture unstack() rebuilds; set past nn.Module so that it is no
-        # submodule and its (stale) parameters stay out of ours.
-        object.__setattr__(self, "_template", first)
-
-    def _rows(self, features: Tensor) -> Tensor:
-        # flatten_obs gives float32 features; a float64 stack (a reference run) computes in float64.
-        if self.actor[0].weight.dtype == torch.float64:
-            features = features.double()
-        return seed_rows(features, self.num_seeds)
-
-    def _params(self, features: Tensor) -> Tensor:
-        x = self._rows(features)  # [S, n, F]
-        head = self.actor(x)  # [S, n, D]
-        if self.log_std is not None:
-            head = torch.cat([head, self.log_std.to(head.dtype).unsqueeze(1).expand(-1, head.shape[1], -1)], dim=-1)
-        return head.reshape(features.shape[0], -1)
-
-    def _value(self, features: Tensor) -> Tensor:
-        return self.critic(self._rows(features)).reshape(features.shape[0], 1)
-
-    @torch.no_grad()
-    def unstack(self, i: int) -> MLPActorCritic:
-        """Seed ``i``'s agent as a single-seed :class:`~rlx.models.MLPActorCritic` (a copy:
-        what ``rlx eval`` / ``rlx export --seed i`` would run)."""
-        if not 0 <= i < self.num_seeds:
-            raise IndexError(f"StackedMLPActorCritic.unstack: seed {i} is not in [0, {self.num_seeds})")
-        import copy
-
-        model = copy.deepcopy(self._template)
-        for single, stacked in ((model.actor, self.actor), (model.critic, self.critic)):
-            linears = [m for m in single if isinstance(m, nn.Linear)]
-            for linear, layer in zip(linears, (m for m in stacked if isinstance(m, StackedLinear))):
-                linear.weight.copy_(layer.weight[i].t())
-                linear.bias.copy_(layer.bias[i, 0])
-        if self.log_std is not None:
-            model.log_std.copy_(self.log_std[i])
-        return model.to(self.log_std.device if self.log_std is not None else next(self.parameters()).device)
 
 
 

@@ -110,19 +110,33 @@ class MetricThreshold(_Stateless):
 
 @dataclasses.dataclass
 class MetricPlateau:
-    """Stop when ``metrics[key]`` has not risen by ``min_delta`` for ``patience`` reports."""
+    """Stop when ``metrics[key]`` has not risen by ``min_delta`` for ``patience`` reports.
+
+    With ``num_seeds > 1`` and a per-seed metric (``seed{i}/key``), each seed keeps its own
+    best and count: a seed that plateaus is marked done and stops updating
+    (:meth:`rlx.seeds.SeedGroup.mark_done`); the run stops once every seed is done.
+    """
 
     key: str
     patience: int
     min_delta: float = 0.0
     best: float = -math.inf
     since_best: int = 0
+    #: Per seed (``num_seeds > 1``): each seed's best value and reports since it.
+    seed_best: list[float] = dataclasses.field(default_factory=list)
+    seed_since_best: list[int] = dataclasses.field(default_factory=list)
+
+    def _improved(self, value: float, best: float) -> bool:
+        return value > best + self.min_delta
 
     def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
+        seeds = getattr(getattr(trainer, "algorithm", None), "seeds", None)
+        if seeds is not None and f"seed0/{self.key}" in metrics:
+            return self._per_seed(seeds, metrics)
         value = metrics.get(self.key)
         if value is None or math.isnan(value):
             return None
-        if value > self.best + self.min_delta:
+        if self._improved(value, self.best):
             self.best, self.since_best = value, 0
             return None
         self.since_best += 1
@@ -130,11 +144,32 @@ class MetricPlateau:
             return f"{self.key} has not improved on {self.best:.4g} for {self.patience} iterations"
         return None
 
+    def _per_seed(self, seeds, metrics: dict[str, float]) -> str | None:
+        S = seeds.num_seeds
+        if len(self.seed_best) != S:
+            self.seed_best, self.seed_since_best = [-math.inf] * S, [0] * S
+        plateaued = []
+        for i in range(S):
+            value = metrics.get(f"seed{i}/{self.key}")
+            if value is None or math.isnan(value):
+                continue
+            if self._improved(value, self.seed_best[i]):
+                self.seed_best[i], self.seed_since_best[i] = value, 0
+                continue
+            self.seed_since_best[i] += 1
+            if self.seed_since_best[i] >= self.patience:
+                plateaued.append(i)
+        seeds.mark_done(plateaued)
+        return f"every seed is done ({self.key} plateaued for {self.patience} iterations)" if seeds.all_done() else None
+
     def state_dict(self) -> dict[str, Any]:
-        return {"best": self.best, "since_best": self.since_best}
+        return {"best": self.best, "since_best": self.since_best, "seed_best": list(self.seed_best),
+                "seed_since_best": list(self.seed_since_best)}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.best, self.since_best = state["best"], state["since_best"]
+        self.seed_best = list(state.get("seed_best", []))
+        self.seed_since_best = list(state.get("seed_since_best", []))
 
 
 def stop_conditions_from_config(config: TrainerConfig) -> list[StopCondition]:

@@ -218,3 +218,53 @@ def test_seed_major_permutation_deals_every_minibatch_the_same_rows_of_each_seed
         assert torch.equal(seeds, torch.arange(S).repeat_interleave(per))  # seed-major inside the minibatch
     with pytest.raises(ValueError, match=r"minibatch_rows \(per seed\) must be in \[1, 7\], got 8"):
         seed_major_permutation(3, 7, 8)
+
+
+# -- the recurrent stack ------------------------------------------------------------------
+
+
+def _recurrent_case(separate_critic: bool):
+    from tensordict import TensorDict
+    from torchrl.data import Composite
+
+    if not separate_critic:
+        return OBS, None, lambda B, L: torch.randn(B, L, 5)
+    spec = Composite(policy=Unbounded(shape=(3,)), privileged=Unbounded(shape=(2,)))
+    groups = {"actor": ["policy"], "critic": ["policy", "privileged"]}
+    return spec, groups, lambda B, L: TensorDict(
+        {"policy": torch.randn(B, L, 3), "privileged": torch.randn(B, L, 2)}, batch_size=[B, L])
+
+
+@pytest.mark.parametrize("cell,num_layers", [("lstm", 1), ("gru", 2), ("lstm", 2)])
+@pytest.mark.parametrize("action", [GAUSSIAN, DISCRETE], ids=["gaussian", "discrete"])
+@pytest.mark.parametrize("separate_critic", [False, True], ids=["shared-core", "separate-critic"])
+def test_each_seeds_sequences_go_through_its_own_recurrent_network(cell: str, num_layers: int, action,
+                                                                   separate_critic: bool) -> None:
+    """S seeds' encoders, LSTM/GRU cells (PyTorch's equations, re-implemented stacked),
+    heads and log-stds: seed i's sub-envs get what seed i's single model gives them,
+    through resets inside the sequence; the stack starts from the single inits of
+    ``seed + i``, and unstack(i) returns them."""
+    from rlx.models import RecurrentActorCritic
+    from rlx.seeds import StackedRecurrentActorCritic
+
+    spec, groups, make_obs = _recurrent_case(separate_critic)
+    S, b, L = 3, 2, 5
+    kwargs = dict(hiddens=[6], hidden_size=4, cell=cell, num_layers=num_layers, obs_groups=groups)
+    stacked = StackedRecurrentActorCritic(spec, action[0], num_params=action[1], num_seeds=S, seed=7, **kwargs)
+    singles = []
+    for i in range(S):
+        torch.manual_seed(7 + i)
+        singles.append(RecurrentActorCritic(spec, action[0], num_params=action[1], **kwargs))
+    obs = make_obs(S * b, L)
+    state = torch.randn_like(stacked.initial_state(S * b))
+    resets = torch.rand(S * b, L) < 0.3
+    params, values, new_state = stacked(obs, state, resets)
+    for i, single in enumerate(singles):
+        rows = slice(i * b, (i + 1) * b)
+        p, v, s = single(obs[rows], state[rows], resets[rows])
+        torch.testing.assert_close(params[rows], p, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(values[rows], v, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(new_state[rows], s, rtol=1e-5, atol=1e-6)
+        for a, c in zip(stacked.unstack(i).parameters(), single.parameters()):
+            assert torch.equal(a, c)
+    assert sum(p.numel() for p in stacked.parameters()) == S * sum(p.numel() for p in singles[0].parameters())

@@ -77,6 +77,19 @@ def test_four_npg_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsy
     assert float(capsys.readouterr().out.split("eval/return_mean:")[1].split()[0]) >= 400
 
 
+def test_two_recurrent_seeds_solve_cartpole_without_velocities_and_export_one(tmp_path, capsys) -> None:
+    """Recurrent PPO with 2 seeds (LSTM): both reach the config's stop_at, and seed 1
+    comes back as a single recurrent policy that acts from its own state."""
+    run_dir = tmp_path / "run"
+    args = ["train", str(ROOT / "configs" / "cartpole_no_velocity_recurrent_ppo.yaml"), "--seeds", "2",
+            "--run-dir", str(run_dir), "--threads", "1"]
+    assert main(args) == 0
+    assert "stopped: every seed reached episodes/length_mean >= 400" in capsys.readouterr().out
+    assert _rows(run_dir)[-1]["env_steps"] < 1_000_000
+    assert main(["eval", str(run_dir), "--seed", "1", "--episodes", "4", "--num-envs", "4"]) == 0
+    assert float(capsys.readouterr().out.split("eval/return_mean:")[1].split()[0]) >= 300
+
+
 def test_seed_i_of_a_checkpoint_is_seed_i_of_the_stack(tmp_path) -> None:
     algo = AlgorithmConfig(num_envs=8, horizon=8, num_seeds=3, device="cpu", seed=0, normalize_obs=True,
                            model_config={"hiddens": [16]}).build(CartPole)

@@ -25,7 +25,8 @@ from rlx.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
 from rlx.schedulers import Schedule
-from rlx.seeds import SeedGroup, StackedMLPActorCritic, normalize_per_seed, seed_rows
+from rlx.seeds import SeedGroup, normalize_per_seed, seed_rows
+from rlx.stacked import stacked_model_cls
 from rlx.yaml_types import config_to_dict
 
 if TYPE_CHECKING:
@@ -81,7 +82,7 @@ class Algorithm(ABC):
         self.env = env_cls(self.num_envs, self.horizon, device=self.device)
         model_cls, model_config = config.model_cls, config.model_config
         if self.seeds is not None and config.model is None:
-            model_cls = model_cls or StackedMLPActorCritic
+            model_cls = model_cls or stacked_model_cls(self.policy_cls.default_model_cls)
             model_config = {**(model_config or {}), "num_seeds": self.num_seeds, "seed": config.seed}
         self.policy = self.policy_cls(
             self.env.observation_spec,

@@ -175,7 +175,9 @@ class PPO(Algorithm):
         if config.compile:
             if not isinstance(self.env.observation_spec.zero(), Tensor):
                 raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
-            self._loss_fn = torch.compile(self._losses)
+            # With seeds, static shapes: a minibatch has at most two sizes, and inductor
+            # (torch 2.13) fails on the per-seed means under dynamic shapes.
+            self._loss_fn = torch.compile(self._losses, dynamic=False if self.seeds is not None else None)
         if config.cudagraphs:
             if self.device.type != "cuda":
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
@@ -214,9 +216,9 @@ class PPO(Algorithm):
 
     def _minibatch_bounds(self) -> list[tuple[int, int]]:
         """``(first unit, units)`` of each minibatch of an epoch."""
-        if self.seeds is not None:  # S * m rows each, m of every seed (rlx.seeds)
-            n = self.config.num_envs * self.horizon
-            return seed_minibatch_bounds(self.num_seeds, n, min(self.config.minibatch_size, n))
+        if self.seeds is not None:  # S * m units each, m of every seed (rlx.seeds)
+            n = self.minibatches.num_units(self.config.num_envs, self.horizon)
+            return seed_minibatch_bounds(self.num_seeds, n, min(self.config.minibatch_size // self.minibatches.unit_samples, n))
         n = self.minibatches.num_units(self.num_envs, self.horizon)
         m = self.config.minibatch_size // self.minibatches.unit_samples
         return [(start, min(m, n - start)) for start in range(0, n, m)]
@@ -370,7 +372,8 @@ class PPO(Algorithm):
             return batch
         if self.seeds is not None:  # each minibatch takes the same rows of every seed
             n = N // self.num_seeds
-            index, _ = seed_major_permutation(self.num_seeds, n, min(self.config.minibatch_size, n), device=self.device,
+            m = min(self.config.minibatch_size // self.minibatches.unit_samples, n)
+            index, _ = seed_major_permutation(self.num_seeds, n, m, device=self.device,
                                               shuffle=self.config.shuffle_minibatches)
         else:
             index = torch.randperm(N, device=self.device)

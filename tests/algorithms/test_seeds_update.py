@@ -8,12 +8,12 @@ import math
 import pytest
 import torch
 
-from rlx import A2CConfig, AlgorithmConfig, ConfigError, NPGConfig, RecurrentAlgorithmConfig
-from rlx.envs import CartPole, Pendulum
+from rlx import A2CConfig, AlgorithmConfig, ConfigError, NPGConfig, RecurrentA2CConfig, RecurrentAlgorithmConfig
+from rlx.envs import CartPole, CartPoleNoVelocity, Pendulum
 from rlx.seeds import StackedMLPActorCritic
 
 B, T = 8, 16
-BUFFER_KEYS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "final_values")
+BUFFER_KEYS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "final_values", "hidden", "resets")
 
 
 def _config(**kwargs) -> dict:
@@ -188,8 +188,6 @@ def test_seeds_resume_exactly() -> None:
 
 
 def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match=r"RecurrentAlgorithmConfig.num_seeds: num_seeds=2 is supported by AlgorithmConfig \(PPO\)"):
-        RecurrentAlgorithmConfig(num_seeds=2, device="cpu")
     with pytest.raises(ConfigError, match="enable_amp: is not supported with num_seeds=2"):
         AlgorithmConfig(num_seeds=2, enable_amp=True, device="cpu")
     with pytest.raises(ConfigError, match="cudagraphs: is not supported with num_seeds=2"):
@@ -298,3 +296,31 @@ def test_compiled_seeds_act_and_update_as_eager_seeds() -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     for i in range(3):
         assert stats[1][f"seed{i}/losses/policy"] == pytest.approx(stats[0][f"seed{i}/losses/policy"], rel=1e-4, abs=1e-7)
+
+
+# -- recurrent PPO and A2C ----------------------------------------------------------------
+
+RECURRENT_MODEL = {"hiddens": [16], "hidden_size": 8}
+
+
+@pytest.mark.parametrize(
+    "config_cls,env_cls,extra",
+    [
+        (RecurrentAlgorithmConfig, CartPoleNoVelocity, {}),
+        (RecurrentAlgorithmConfig, Pendulum, {"sgd_minibatch_size": 32, "shuffle_minibatches": False, "normalize_obs": True,
+                                              "burn_in": 4, "target_kl_div": 1e-3,
+                                              "model_config": {**RECURRENT_MODEL, "cell": "gru", "num_layers": 2}}),
+        (RecurrentA2CConfig, Pendulum, {}),
+    ],
+    ids=["ppo-lstm", "ppo-gru-minibatches-burn-in-kl-stop", "a2c-lstm"],
+)
+def test_each_recurrent_seed_updates_as_a_single_seed_run_on_its_sequences(config_cls, env_cls, extra: dict) -> None:
+    """Sequences (with their stored states and resets) are seed-major units: each
+    minibatch deals the same number of every seed's sequences, and seed i's update is a
+    single-seed run's on its sub-envs."""
+    extra = {"seq_len": 4, "model_config": RECURRENT_MODEL, **extra}
+    out, ones = _side_by_side(config_cls, env_cls, extra)
+    for i, one in enumerate(ones):
+        for key in ("losses/policy", "losses/vf", "monitors/kl_div"):
+            if key in one:
+                assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
