@@ -74,7 +74,8 @@ class CommonConfig:
     normalize_rewards: bool = True
     #: Feed the model observations normalized by a running mean/std (rlx addition).
     normalize_obs: bool = False
-    #: Mixed precision: bf16 autocast on CPU, fp16 autocast with a GradScaler on CUDA.
+    #: Mixed precision: bf16 autocast on CPU, fp16 autocast with a GradScaler on CUDA
+    #: (bf16 on CUDA too with ``num_seeds > 1``: a loss scale would couple the seeds).
     #: γ, returns and GAE stay in float32.
     enable_amp: bool = False
     #: Max global gradient norm; ``None`` disables clipping.
@@ -161,9 +162,6 @@ class CommonConfig:
                               f"StackedRecurrentActorCritic or a subclass), got {custom!r}")
         if isinstance(self.model, stacked) and self.model.num_seeds != self.num_seeds:
             fail(self, "model", f"stacks {self.model.num_seeds} seeds, but num_seeds={self.num_seeds}")
-        for field in ("enable_amp",):
-            if getattr(self, field):
-                fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
 
     def _check_obs_groups(self) -> None:
         groups = self.obs_groups

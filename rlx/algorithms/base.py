@@ -121,7 +121,9 @@ class Algorithm(ABC):
         )
         self._set_lr(self.lr_schedule.value(0))
         self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device, num_seeds=self.num_seeds)
-        self.amp_dtype = torch.float16 if self.device.type == "cuda" else torch.bfloat16
+        # fp16 needs a loss scale, which S seeds would share (one seed's overflow would skip
+        # or rescale every seed's step); bf16 has float32's range and needs none.
+        self.amp_dtype = torch.float16 if self.device.type == "cuda" and self.seeds is None else torch.bfloat16
         self.grad_scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.enable_amp and self.amp_dtype == torch.float16
         )

@@ -419,7 +419,9 @@ class NPG(Algorithm):
             index, bounds = seed_major_permutation(S, n, m, device=self.device)
             for lo, rows in bounds:
                 mb = index[lo : lo + rows]
-                loss = 0.5 * per_seed_mean((value_fn(obs_normalized[mb]).float() - returns[mb]).square(), S)
+                with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
+                    values = value_fn(obs_normalized[mb])
+                loss = 0.5 * per_seed_mean((values.float() - returns[mb]).square(), S)
                 loss.sum().backward()
                 self._optimizer_step(self.critic_params)
                 total = total + loss.detach()

@@ -188,8 +188,6 @@ def test_seeds_resume_exactly() -> None:
 
 
 def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="enable_amp: is not supported with num_seeds=2"):
-        AlgorithmConfig(num_seeds=2, enable_amp=True, device="cpu")
     with pytest.raises(ConfigError, match="cudagraphs: is not supported with num_seeds=2"):
         AlgorithmConfig(num_seeds=2, cudagraphs=True, device="cpu")
     with pytest.raises(ConfigError, match="model_cls: num_seeds=2 needs a model with a seed dim"):
@@ -324,3 +322,14 @@ def test_each_recurrent_seed_updates_as_a_single_seed_run_on_its_sequences(confi
         for key in ("losses/policy", "losses/vf", "monitors/kl_div"):
             if key in one:
                 assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
+
+
+@pytest.mark.parametrize("config_cls,extra", [(AlgorithmConfig, {"sgd_minibatch_size": 64}),
+                                              (NPGConfig, {"fvp_subsample": 1.0, "optim_critic_iters": 2})],
+                         ids=["ppo", "npg"])
+def test_amp_seeds_update_as_single_seed_amp_runs(config_cls, extra: dict) -> None:
+    """``enable_amp`` with seeds: bf16 autocast (on CUDA too: no loss scale for the seeds
+    to share), each seed's update a single-seed AMP run's to bf16 rounding."""
+    out, ones = _side_by_side(config_cls, Pendulum, {"enable_amp": True, **extra}, rtol=2e-2, atol=5e-3)
+    for i, one in enumerate(ones):
+        assert math.isclose(out[f"seed{i}/losses/vf"], one["losses/vf"], rel_tol=2e-2), i
