@@ -77,7 +77,39 @@ def _stack_mlp(mlps: Sequence[nn.Sequential]) -> nn.Sequential:
     return nn.Sequential(*layers)
 
 
-class StackedMLPActorCritic(MLPActorCritic):
+class _Stacked:
+    """Construction shared by the stacked models: S single ``single_cls`` models built (or
+    given), then stacked by the subclass's ``_load_from``."""
+
+    single_cls: type[nn.Module]
+
+    def __init__(
+        self,
+        observation_spec: TensorSpec,
+        action_spec: TensorSpec,
+        /,
+        *,
+        num_params: tuple[int, int],
+        num_seeds: int,
+        seed: int | None = None,
+        **model_kwargs,
+    ) -> None:
+        nn.Module.__init__(self)  # the layers come stacked from S single models, not built here
+        self._load_from(_single_models(type(self), self.single_cls, observation_spec, action_spec, num_params,
+                                       num_seeds, seed, model_kwargs))
+
+    @classmethod
+    def from_models(cls, models: Sequence[nn.Module]):
+        """The stack of existing single-seed models (their parameters copied, in order)."""
+        if not models:
+            raise ValueError(f"{cls.__name__}.from_models: needs at least one model")
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self._load_from(list(models))
+        return self
+
+
+class StackedMLPActorCritic(_Stacked, MLPActorCritic):
     """S :class:`~rlx.models.MLPActorCritic` agents evaluated at once, for ``num_seeds = S``.
 
     It follows the model interface (:mod:`rlx.models`) over seed-major rows: ``obs`` of
@@ -96,30 +128,7 @@ class StackedMLPActorCritic(MLPActorCritic):
             draws them in turn from the global RNG.
     """
 
-    def __init__(
-        self,
-        observation_spec: TensorSpec,
-        action_spec: TensorSpec,
-        /,
-        *,
-        num_params: tuple[int, int],
-        num_seeds: int,
-        seed: int | None = None,
-        **mlp_kwargs,
-    ) -> None:
-        nn.Module.__init__(self)  # the layers come stacked from S single models, not built here
-        self._load_from(_single_models(type(self), MLPActorCritic, observation_spec, action_spec, num_params, num_seeds,
-                                       seed, mlp_kwargs))
-
-    @classmethod
-    def from_models(cls, models: Sequence[MLPActorCritic]) -> StackedMLPActorCritic:
-        """The stack of existing single-seed models (their parameters copied, in order)."""
-        if not models:
-            raise ValueError("StackedMLPActorCritic.from_models: needs at least one model")
-        self = cls.__new__(cls)
-        nn.Module.__init__(self)
-        self._load_from(list(models))
-        return self
+    single_cls = MLPActorCritic
 
     def _load_from(self, models: list[MLPActorCritic]) -> None:
         first = models[0]
@@ -232,7 +241,7 @@ class StackedRNNCell(nn.Module):
         cell.bias_hh.copy_(self.bias_hh[i, 0])
 
 
-class StackedRecurrentActorCritic(RecurrentActorCritic):
+class StackedRecurrentActorCritic(_Stacked, RecurrentActorCritic):
     """S :class:`~rlx.models.RecurrentActorCritic` agents evaluated at once, for
     ``num_seeds = S`` with a recurrent algorithm.
 
@@ -250,30 +259,7 @@ class StackedRecurrentActorCritic(RecurrentActorCritic):
             ``torch.manual_seed(seed + i)`` (the global RNG is left as it was).
     """
 
-    def __init__(
-        self,
-        observation_spec: TensorSpec,
-        action_spec: TensorSpec,
-        /,
-        *,
-        num_params: tuple[int, int],
-        num_seeds: int,
-        seed: int | None = None,
-        **model_kwargs,
-    ) -> None:
-        nn.Module.__init__(self)
-        self._load_from(_single_models(type(self), RecurrentActorCritic, observation_spec, action_spec, num_params,
-                                       num_seeds, seed, model_kwargs))
-
-    @classmethod
-    def from_models(cls, models: Sequence[RecurrentActorCritic]) -> StackedRecurrentActorCritic:
-        """The stack of existing single-seed models (their parameters copied, in order)."""
-        if not models:
-            raise ValueError("StackedRecurrentActorCritic.from_models: needs at least one model")
-        self = cls.__new__(cls)
-        nn.Module.__init__(self)
-        self._load_from(list(models))
-        return self
+    single_cls = RecurrentActorCritic
 
     def _load_from(self, models: list[RecurrentActorCritic]) -> None:
         first, S = models[0], len(models)

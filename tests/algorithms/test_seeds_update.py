@@ -120,23 +120,30 @@ def test_the_kl_adaptive_lr_moves_each_seeds_lr_on_its_own_kl() -> None:
     assert len(lrs) > 1  # the seeds' LRs went their own ways
 
 
-def test_a_diverged_seed_is_frozen_and_the_others_update_as_without_it() -> None:
-    """NaN rewards in seed 0's rollout: its gradient is NaN, so it keeps its parameters
-    and is marked inactive for good; seeds 1 and 2 update exactly as in a clean run."""
-    S = 3
+def _poison_seed_zero(build, row: int):
+    """Step a clean and a poisoned copy (a NaN reward in sub-env ``row``, one of seed 0's):
+    seeds 1.. must update exactly as in the clean run and seed 0 not at all. Returns the
+    clean stats, the poisoned algorithm and its stats."""
     runs = []
     for poison in (False, True):
-        algo = AlgorithmConfig(**_config(num_seeds=S, sgd_minibatch_size=32)).build(CartPole)
+        algo = build()
         algo.collect()
         if poison:
-            algo.buffer.get("rewards")[1, 3] = float("nan")  # row 1: seed 0
+            algo.buffer.get("rewards")[row, 3] = float("nan")
         before = [p.detach().clone() for p in algo.policy.model.parameters()]
-        stats = algo.step()
-        runs.append((algo, stats, before))
+        runs.append((algo, algo.step(), before))
     (clean, clean_stats, _), (poisoned, stats, before) = runs
     for a, b, start in zip(clean.policy.model.parameters(), poisoned.policy.model.parameters(), before):
         assert torch.equal(a[1:], b[1:])
         assert torch.equal(b[0], start[0])
+    return clean_stats, poisoned, stats
+
+
+def test_a_diverged_seed_is_frozen_and_the_others_update_as_without_it() -> None:
+    """NaN rewards in seed 0's rollout: its gradient is NaN, so it keeps its parameters
+    and is marked inactive for good; seeds 1 and 2 update exactly as in a clean run."""
+    clean_stats, poisoned, stats = _poison_seed_zero(lambda: AlgorithmConfig(**_config(num_seeds=3, sgd_minibatch_size=32)
+                                                                        ).build(CartPole), row=1)
     assert stats["seed0/active"] == 0.0 and stats["seed1/active"] == 1.0 and stats["seeds/active"] == 2.0
     assert clean_stats["seeds/active"] == 3.0
     assert all(math.isfinite(p.detach().sum().item()) for p in poisoned.policy.model.parameters())
@@ -233,20 +240,8 @@ def test_each_npg_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: 
 
 
 def test_a_diverged_npg_seed_is_frozen_and_the_others_update_as_without_it() -> None:
-    S = 3
-    runs = []
-    for poison in (False, True):
-        algo = NPGConfig(**_config(num_seeds=S, line_search=True, critic_minibatch_size=32)).build(Pendulum)
-        algo.collect()
-        if poison:
-            algo.buffer.get("rewards")[2, 5] = float("nan")  # row 2: seed 0
-        before = [p.detach().clone() for p in algo.policy.model.parameters()]
-        stats = algo.step()
-        runs.append((algo, stats, before))
-    (clean, _, _), (poisoned, stats, before) = runs
-    for a, b, start in zip(clean.policy.model.parameters(), poisoned.policy.model.parameters(), before):
-        assert torch.equal(a[1:], b[1:])
-        assert torch.equal(b[0], start[0])
+    _, _, stats = _poison_seed_zero(lambda: NPGConfig(**_config(num_seeds=3, line_search=True, critic_minibatch_size=32)
+                                                      ).build(Pendulum), row=2)
     assert stats["seed0/active"] == 0.0 and stats["seeds/active"] == 2.0
     assert stats["seed0/npg/step_size"] == 0.0 and stats["seed1/npg/step_size"] > 0.0
 
