@@ -178,13 +178,19 @@ def test_seeds_share_nothing_in_the_normalizers_and_report_their_own_episodes() 
     assert algo.env_steps == B * T  # per seed: the schedules of a single-seed run
 
 
-def test_seeds_resume_exactly() -> None:
+@pytest.mark.parametrize("config_cls,env_cls,extra", [
+    (AlgorithmConfig, CartPole, {}),
+    (RecurrentAlgorithmConfig, CartPoleNoVelocity, {"seq_len": 4, "normalize_obs": True,
+                                                    "model_config": {"hiddens": [16], "hidden_size": 8}}),
+], ids=["ppo", "recurrent-ppo"])
+def test_seeds_resume_exactly(config_cls, env_cls, extra: dict) -> None:
     def run(resume_at: int | None) -> list[torch.Tensor]:
-        algo = AlgorithmConfig(**_config(num_seeds=2, sgd_minibatch_size=64)).build(CartPole)
+        make = lambda: config_cls(**_config(num_seeds=2, sgd_minibatch_size=64, **extra)).build(env_cls)  # noqa: E731
+        algo = make()
         for k in range(3):
             if k == resume_at:
                 state = algo.state_dict()
-                algo = AlgorithmConfig(**_config(num_seeds=2, sgd_minibatch_size=64)).build(CartPole)
+                algo = make()
                 algo.load_state_dict(state)
             algo.collect()
             algo.step()
