@@ -195,7 +195,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
     train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     train.add_argument("--seeds", type=int, metavar="S",
-                       help="train S independent agents at once (seeds seed..seed+S-1; config.num_seeds); PPO and A2C")
+                       help="train S independent agents at once (seeds seed..seed+S-1; config.num_seeds); every algorithm")
     train.set_defaults(func=_cmd_train)
 
     ev = sub.add_parser("eval", help="evaluate a trained policy", description="Evaluate a trained policy deterministically.")
