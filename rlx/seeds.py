@@ -48,6 +48,7 @@ __all__ = [
     "StackedRecurrentActorCritic",
     "seed_rows",
     "per_seed_mean",
+    "seed_means",
     "normalize_per_seed",
     "clip_grad_norm_per_seed_",
     "scale_steps_per_seed_",
@@ -60,6 +61,14 @@ __all__ = [
 def per_seed_mean(x: Tensor, num_seeds: int) -> Tensor:
     """``[S]``: the mean of each seed's rows of ``x`` (``[S * n, ...]``, seed-major)."""
     return seed_rows(x, num_seeds).flatten(1).mean(dim=1)
+
+
+def seed_means(num_seeds: int):
+    """The reduction of a loss term: the mean over rows (0-d), or with ``num_seeds = S > 1``
+    (S equal seed-major blocks) each seed's mean, ``[S]``."""
+    if num_seeds > 1:
+        return lambda x: per_seed_mean(x, num_seeds)
+    return lambda x: x.mean()
 
 
 def normalize_per_seed(advantages: Tensor, num_seeds: int, eps: float = 1e-8, *, across_ranks: bool = False) -> Tensor:

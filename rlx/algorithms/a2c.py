@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING, NamedTuple
 import torch
 from torch import Tensor
 
-from rlx.algorithms.ppo import PPO, seed_means
+from rlx.algorithms.ppo import PPO
+from rlx.seeds import seed_means
 from rlx.algorithms.recurrent_ppo import RecurrentUpdate
 from rlx.buffer import ADVANTAGES, LOGP, RETURNS
 from rlx.policy import EvalOutput

@@ -42,7 +42,7 @@ from rlx.distributions import Distribution
 from rlx.env import OBS
 from rlx.natural_gradient import conjugate_gradient, gauss_newton_fvp, kl_hessian_fvp, row_dot
 from rlx.policy import Obs
-from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation
+from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation, seed_means
 from rlx.stats import Stats
 
 if TYPE_CHECKING:
@@ -100,12 +100,7 @@ def _has_analytic_fisher(dist: Distribution) -> bool:
 def surrogate_of(dist: Distribution, samples: Samples, num_seeds: int = 1) -> Tensor:
     """``mean(exp(logp - logp_old) A)`` of ``dist`` on ``samples``: 0-d, or ``[S]``, each
     seed's mean, for ``num_seeds = S > 1`` seed-major rows."""
-    return _mean((torch.exp(dist.log_prob(samples.actions) - samples.old_logp) * samples.advantages), num_seeds)
-
-
-def _mean(x: Tensor, num_seeds: int) -> Tensor:
-    """The mean of ``x`` (0-d), or each seed's (``[S]``)."""
-    return per_seed_mean(x, num_seeds) if num_seeds > 1 else x.mean()
+    return seed_means(num_seeds)(torch.exp(dist.log_prob(samples.actions) - samples.old_logp) * samples.advantages)
 
 
 class Samples(NamedTuple):
@@ -256,7 +251,7 @@ class NPG(Algorithm):
             new_dist = self._dist(theta_new, samples)
             surr_old, surr_new = surrogate_of(old_dist, samples, S), surrogate_of(new_dist, samples, S)
             return NaturalStep(
-                -surr_new, -_mean(old_dist.entropy(), S), _mean(old_dist.kl(new_dist), S), step_size,
+                -surr_new, -seed_means(S)(old_dist.entropy()), seed_means(S)(old_dist.kl(new_dist)), step_size,
                 cg.residual_norm, surr_new - surr_old, backtracks,
             )
 
@@ -300,7 +295,7 @@ class NPG(Algorithm):
         else:
 
             def mean_kl(theta: Tensor) -> Tensor:
-                return _mean(sub_old_dist.kl(self.policy.distribution(params_fn(theta), sub.obs)), S).sum()
+                return seed_means(S)(sub_old_dist.kl(self.policy.distribution(params_fn(theta), sub.obs))).sum()
 
             fvp = kl_hessian_fvp(mean_kl, theta0, damping=damping)
         if self.world_size == 1:
@@ -364,7 +359,7 @@ class NPG(Algorithm):
         candidates = theta0 + scales * direction  # [C, S, P]
 
         def evaluate(theta: Tensor) -> tuple[Tensor, Tensor]:
-            return self._surrogates(theta, sub), _mean(sub_old_dist.kl(self._dist(theta, sub)), S)
+            return self._surrogates(theta, sub), seed_means(S)(sub_old_dist.kl(self._dist(theta, sub)))
 
         with torch.no_grad():
             surr0 = self._surrogates(theta0, sub)  # [S]

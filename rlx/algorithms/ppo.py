@@ -26,14 +26,14 @@ from rlx.cuda_graphs import GraphedCall
 from rlx.policy import EvalOutput, Obs
 from rlx.rollout import ActFn, ValueFn
 from rlx.schedulers import Schedule
-from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation, seed_minibatch_bounds
+from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation, seed_means, seed_minibatch_bounds
 from rlx.stats import Stats
 
 if TYPE_CHECKING:
     from rlx.config import AlgorithmConfig
     from rlx.env import EnvFactory
 
-__all__ = ["PPO", "PPOLosses", "ppo_losses", "seed_means", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE", "default_cpu_micro_batch_size"]
+__all__ = ["PPO", "PPOLosses", "ppo_losses", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE", "default_cpu_micro_batch_size"]
 
 #: Default ``micro_batch_size`` on a CPU for models up to 128 wide; wider ones get
 #: :data:`CPU_WIDE_MICRO_BATCH_SIZE`. Whole-buffer passes spill out of cache, and small
@@ -64,14 +64,6 @@ class PPOLosses(NamedTuple):
     entropy: Tensor  #: minus the mean entropy: the term ``entropy_coeff`` multiplies
     kl: Tensor  #: approximate KL(old || new), ``E[(r - 1) - log r]``
     clip_fraction: Tensor  #: share of samples whose ratio lies outside [1 - ε, 1 + ε]
-
-
-def seed_means(num_seeds: int):
-    """The reduction of a loss term: the mean over rows, or with ``num_seeds = S > 1``
-    (S equal seed-major blocks) each seed's mean, ``[S]``."""
-    if num_seeds > 1:
-        return lambda x: x.view(num_seeds, -1).mean(dim=1)
-    return lambda x: x.mean()
 
 
 def ppo_losses(
@@ -214,11 +206,15 @@ class PPO(Algorithm):
             micro = default_cpu_micro_batch_size(self.policy.model) if self.device.type == "cpu" else 0
         return max(1, micro // self.minibatches.unit_samples) if micro else sys.maxsize
 
+    def _seed_minibatch_units(self, units_per_seed: int) -> int:
+        """Units of each seed in a minibatch (with seeds, ``minibatch_size`` is per seed)."""
+        return min(self.config.minibatch_size // self.minibatches.unit_samples, units_per_seed)
+
     def _minibatch_bounds(self) -> list[tuple[int, int]]:
         """``(first unit, units)`` of each minibatch of an epoch."""
         if self.seeds is not None:  # S * m units each, m of every seed (rlx.seeds)
             n = self.minibatches.num_units(self.config.num_envs, self.horizon)
-            return seed_minibatch_bounds(self.num_seeds, n, min(self.config.minibatch_size // self.minibatches.unit_samples, n))
+            return seed_minibatch_bounds(self.num_seeds, n, self._seed_minibatch_units(n))
         n = self.minibatches.num_units(self.num_envs, self.horizon)
         m = self.config.minibatch_size // self.minibatches.unit_samples
         return [(start, min(m, n - start)) for start in range(0, n, m)]
@@ -372,8 +368,7 @@ class PPO(Algorithm):
             return batch
         if self.seeds is not None:  # each minibatch takes the same rows of every seed
             n = N // self.num_seeds
-            m = min(self.config.minibatch_size // self.minibatches.unit_samples, n)
-            index, _ = seed_major_permutation(self.num_seeds, n, m, device=self.device,
+            index, _ = seed_major_permutation(self.num_seeds, n, self._seed_minibatch_units(n), device=self.device,
                                               shuffle=self.config.shuffle_minibatches)
         else:
             index = torch.randperm(N, device=self.device)
