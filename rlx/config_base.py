@@ -259,10 +259,8 @@ class MinibatchConfig(CommonConfig):
         self._check_minibatch_size("sgd_minibatch_size")
         check_int(self, "micro_batch_size", minimum=0, allow_none=True)
         check_float(self, "vf_coeff", low=0.0)
-        if self.num_seeds > 1:
-            for field in ("cudagraphs", "accumulate_grads"):
-                if getattr(self, field, False):
-                    fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
+        if self.num_seeds > 1 and self.accumulate_grads:
+            fail(self, "accumulate_grads", f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
         if self.cudagraphs and self.compile:
             fail(self, "compile", "cannot be combined with cudagraphs (the captured update runs eagerly)")
         if self.cudagraphs:

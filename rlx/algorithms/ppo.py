@@ -406,7 +406,10 @@ class PPO(Algorithm):
             if self.kl_stop is not None:
                 kl = stats[self._kl_index] * weight + (kl_so_far if kl_so_far is not None else 0.0)
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
-                self.kl_stop.gate(kl, self._lr_tensor, self._lr_applied)
+                # With seeds the gate is each seed's step factor (SeedGroup.optimizer_step),
+                # not the LR the seeds share.
+                lr = self._lr_tensor if self.seeds is None else None
+                self.kl_stop.gate(kl, lr, self._lr_applied)
             self._optimizer_step(params)
         return stats
 

@@ -202,8 +202,8 @@ def test_seeds_resume_exactly(config_cls, env_cls, extra: dict) -> None:
 
 
 def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="cudagraphs: is not supported with num_seeds=2"):
-        AlgorithmConfig(num_seeds=2, cudagraphs=True, device="cpu")
+    with pytest.raises(ConfigError, match="accumulate_grads: is not supported with num_seeds=2"):
+        AlgorithmConfig(num_seeds=2, accumulate_grads=True, device="cpu")
     with pytest.raises(ConfigError, match="model_cls: num_seeds=2 needs a model with a seed dim"):
         AlgorithmConfig(num_seeds=2, model_cls=torch.nn.Linear, device="cpu")
     with pytest.raises(ConfigError, match="num_seeds: must be"):
@@ -317,3 +317,42 @@ def test_amp_seeds_update_as_single_seed_amp_runs(config_cls, extra: dict) -> No
     out, ones = _side_by_side(config_cls, Pendulum, {"enable_amp": True, **extra}, rtol=2e-2, atol=5e-3)
     for i, one in enumerate(ones):
         assert math.isclose(out[f"seed{i}/losses/vf"], one["losses/vf"], rel_tol=2e-2), i
+
+
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
+def test_seeds_with_the_tensor_lr_of_cudagraphs_update_as_with_a_float_lr(optimizer: str) -> None:
+    """``cudagraphs=True`` keeps the LR in a device tensor that the captured optimizer
+    reads (and, for one seed, that the KL early stop zeroes). With seeds the early stop
+    gates each seed's step instead, so the tensor LR must stay the shared base LR: the
+    same update, seed by seed, as a float LR, with minibatches, the early stop and an LR
+    schedule. (The capture itself needs CUDA: tests/test_gpu.py.)"""
+    from rlx.algorithms.ppo import PPO
+
+    class TensorLRPPO(PPO):
+        needs_tensor_lr = property(lambda self: True)
+
+    extra = dict(num_seeds=3, sgd_minibatch_size=32, target_kl_div=1e-3, lr_schedule=[(0, 0.05), (1000, 0.01)])
+    if optimizer == "adam":
+        extra.update(optimizer_cls=torch.optim.Adam, optimizer_config={"lr": 3e-3})
+        extra["lr_schedule"] = [(0, 3e-3), (1000, 1e-3)]
+    config = AlgorithmConfig(**_config(**extra))
+    runs = []
+    for cls in (PPO, TensorLRPPO):
+        algo = cls(Pendulum, config)
+        stats = []
+        for k in range(3):
+            algo.collect()
+            torch.manual_seed(k)  # the same shuffles
+            stats.append(algo.step())
+        runs.append((algo, stats))
+    (plain, plain_stats), (tensor, tensor_stats) = runs
+    assert tensor._lr_tensor is not None and plain._lr_tensor is None
+    assert all(isinstance(g["lr"], torch.Tensor) for g in tensor.optimizer.param_groups)
+    for a, b in zip(plain.policy.model.parameters(), tensor.policy.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+    steps = {s[f"seed{i}/monitors/optimizer_steps"] for s in plain_stats for i in range(3)}
+    assert min(steps) < 4 * 5  # the early stop cut some seed's update (5 minibatches, 4 epochs)
+    for p, t in zip(plain_stats, tensor_stats):
+        for i in range(3):
+            assert t[f"seed{i}/monitors/optimizer_steps"] == p[f"seed{i}/monitors/optimizer_steps"]
+        assert t["monitors/lr"] == pytest.approx(p["monitors/lr"], rel=1e-6)
