@@ -204,7 +204,7 @@ def test_seeds_resume_exactly(config_cls, env_cls, extra: dict) -> None:
 def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="accumulate_grads: is not supported with num_seeds=2"):
         AlgorithmConfig(num_seeds=2, accumulate_grads=True, device="cpu")
-    # cudagraphs is accepted with seeds (tests/test_gpu_seeds.py); on a CPU it needs CUDA, as for one seed
+    # cudagraphs is accepted with seeds (tests/test_gpu.py); on a CPU it needs CUDA, as for one seed
     with pytest.raises(ValueError, match="cudagraphs: needs a CUDA device, got cpu"):
         AlgorithmConfig(num_seeds=2, cudagraphs=True, device="cpu").build(CartPole)
     with pytest.raises(ConfigError, match="model_cls: num_seeds=2 needs a model with a seed dim"):
