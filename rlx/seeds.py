@@ -12,11 +12,10 @@ number of rows per seed. Then
 * a loss that is the *sum over seeds* of each seed's mean (:func:`per_seed_mean`) gives
   each seed's parameters exactly the gradient of its own loss, since the seeds share no
   parameter;
-* Adam (and every elementwise optimizer) on stacked parameters is S independent Adams;
-  what couples elements, gradient clipping, is done per seed
-  (:func:`clip_grad_norm_per_seed_`), and a per-seed learning rate or KL gate scales each
-  seed's step after the optimizer (:func:`scale_steps_per_seed_`: Adam's step is linear
-  in its learning rate);
+* gradient clipping, which couples a model's elements, is done per seed
+  (:func:`clip_grad_norm_per_seed_`), and the optimizer keeps each seed's state apart
+  (:mod:`rlx.seed_optim`: Adam and AdamW with a step count, LR and freeze per seed;
+  any other optimizer steps as usual, then the seeds held still are put back);
 * advantages are normalized per seed (:func:`normalize_per_seed`), and an epoch's
   shuffle permutes within each seed and deals every minibatch the same number of rows
   of each seed (:func:`seed_major_permutation`).
@@ -33,6 +32,7 @@ import torch
 from torch import Tensor
 
 from rlx import distributed as rdist
+from rlx.seed_optim import SeedAdam, masked_step_, scale_steps_per_seed_
 from rlx.stacked import (  # the seed-stacked models, re-exported
     StackedLinear,
     StackedMLPActorCritic,
@@ -113,17 +113,6 @@ def clip_grad_norm_per_seed_(params: Sequence[Tensor], max_norm: float, num_seed
     for g in grads:
         g.mul_(coef.view(num_seeds, *([1] * (g.dim() - 1))).to(g.dtype))
     return norms
-
-
-def scale_steps_per_seed_(params: Sequence[Tensor], before: Sequence[Tensor], factor: Tensor) -> None:
-    """``p = before + factor_i * (p - before)`` for seed i's slice of each stacked
-    parameter: a per-seed learning rate (``factor_i = lr_i / lr``) or gate
-    (``factor_i = 0`` leaves seed i exactly where it was, even when its step is NaN: a
-    diverged seed is frozen without touching the others) applied after one optimizer
-    step. Exact for Adam, AdamW and SGD, whose step is linear in the learning rate."""
-    for p, old in zip(params, before):
-        f = factor.view(factor.shape[0], *([1] * (p.dim() - 1))).to(p.dtype)
-        p.data.copy_(torch.where(f == 0, old, torch.lerp(old, p.data, f)))
 
 
 def seed_major_permutation(num_seeds: int, rows_per_seed: int, minibatch_rows: int, *, device: torch.device | str = "cpu",
@@ -212,24 +201,29 @@ class SeedGroup:
         return all(self._done_host)
 
     def optimizer_step(self, optimizer: torch.optim.Optimizer, params: list[Tensor], max_grad_norm: float | None,
-                       gate: Tensor | None = None) -> None:
-        """Clip each seed's gradient, step the optimizer once for all, then keep each seed's
-        step only where it is active, its gradient finite and its ``gate`` (a KL early
-        stop's ``[S]`` open mask) open; a non-finite gradient marks the seed diverged.
-        Under torch.distributed the gradients are first averaged over ranks, so every
-        rank clips, gates and freezes alike."""
+                       gate: Tensor | None = None, running: Tensor | None = None) -> None:
+        """Clip each seed's gradient, then step the optimizer once for all seeds, each
+        seed's parameters moving only where it is active, its gradient finite and its
+        ``gate`` (a KL early stop's ``[S]`` open mask) open, at its own LR factor; and
+        its optimizer state advancing only where it is active and ``running`` (open when
+        the epoch began: see :mod:`rlx.seed_optim`). A non-finite gradient marks the
+        seed diverged. Under torch.distributed the gradients are first averaged over
+        ranks, so every rank clips, gates and freezes alike."""
         rdist.all_reduce_grads_(params)
-        before = [p.detach().clone() for p in params]
         if max_grad_norm is not None:
             norms = clip_grad_norm_per_seed_(params, max_grad_norm, self.num_seeds)
         else:
             norms = grad_norms_per_seed([p.grad for p in params if p.grad is not None], self.num_seeds)
         self.alive &= torch.isfinite(norms)
-        factor = self.active() * self.lr_factor
+        active = self.active()
+        factor = active * self.lr_factor
         if gate is not None:
             factor = factor * gate
-        optimizer.step()
-        scale_steps_per_seed_(params, before, factor)
+        update = active * running if running is not None else active
+        if isinstance(optimizer, SeedAdam):
+            optimizer.step(update=update, factor=factor)
+        else:
+            masked_step_(optimizer, params, update, factor)
         optimizer.zero_grad(set_to_none=True)
 
     def add_activity(self, stats) -> None:

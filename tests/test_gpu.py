@@ -365,3 +365,26 @@ def test_eight_graphed_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path) 
         lengths = [r[f"seed{i}/episodes/length_mean"] for r in rows if r.get(f"seed{i}/episodes/length_mean") is not None]
         assert max(lengths) >= 475, i
     assert any(r["seeds/active"] < 8 for r in rows)
+
+
+def test_a_captured_update_is_captured_again_after_load_state_dict() -> None:
+    """Loading a checkpoint replaces the optimizer's state tensors, which a captured
+    update would go on reading (its restored moments and step counts ignored): the
+    update is warmed up and captured again, and repeats the step it made from that state."""
+    algo = _build(2, True)
+    for k in range(2):
+        torch.manual_seed(k)
+        algo.collect(deterministic=True)
+        algo.step()
+    assert algo.update_graph.captured
+    state = algo.state_dict()
+    after = []
+    for _ in range(2):
+        torch.manual_seed(5)
+        algo.collect(deterministic=True)
+        algo.step()
+        after.append([p.detach().clone() for p in algo.policy.parameters()])
+        algo.load_state_dict(state)
+        assert algo.update_graph is None
+    for a, b in zip(*after):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

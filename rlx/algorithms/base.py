@@ -25,6 +25,7 @@ from rlx.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
 from rlx.schedulers import Schedule
+from rlx.seed_optim import SeedAdam, seed_optimizer
 from rlx.seeds import SeedGroup, normalize_per_seed, seed_rows
 from rlx.stacked import stacked_model_cls
 from rlx.yaml_types import config_to_dict
@@ -149,9 +150,15 @@ class Algorithm(ABC):
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
         try:
+            if self.seeds is not None:  # each seed's optimizer state apart (rlx.seed_optim)
+                try:
+                    return seed_optimizer(self.config.optimizer_cls, self._optimized_parameters(), self.num_seeds,
+                                          self._optimizer_kwargs())
+                except ValueError as e:
+                    raise ConfigError(f"{type(self.config).__name__}.optimizer_config: {e}") from e
             return self.config.optimizer_cls(self._optimized_parameters(), **self._optimizer_kwargs())
         except (ValueError, RuntimeError) as e:
-            if self._lr_tensor is None:
+            if self._lr_tensor is None or isinstance(e, ConfigError):
                 raise
             raise ConfigError(
                 f"{type(self.config).__name__}.optimizer_config: {self.config.optimizer_cls.__name__} "
@@ -272,9 +279,10 @@ class Algorithm(ABC):
 
     def _optimizer_step(self, params: list[torch.nn.Parameter]) -> None:
         """Clip (after unscaling AMP gradients), step the optimizer, clear gradients."""
-        if self.seeds is not None:  # per seed: clip, KL gate, divergence
-            gate = self.kl_stop.open if getattr(self, "kl_stop", None) is not None else None
-            self.seeds.optimizer_step(self.optimizer, params, self.config.max_grad_norm, gate)
+        if self.seeds is not None:  # per seed: clip, KL gate, divergence, optimizer state
+            kl_stop = getattr(self, "kl_stop", None)
+            gate, running = (kl_stop.open, kl_stop.running) if kl_stop is not None else (None, None)
+            self.seeds.optimizer_step(self.optimizer, params, self.config.max_grad_norm, gate, running)
             return
         scaler = self.grad_scaler
         rdist.all_reduce_grads_(params)  # data parallel: the gradient of the global batch
@@ -441,6 +449,8 @@ class Algorithm(ABC):
         under ``cudagraphs``, and one of a graphed run eagerly."""
         kept = [{k: g[k] for k in _KERNEL_FLAGS if k in g} for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state)
+        if isinstance(self.optimizer, SeedAdam):  # one kernel; its [S] step counts stay on the device
+            return
         for group, flags in zip(self.optimizer.param_groups, kept):
             group.update(flags)
             # Fused and capturable kernels count steps on the parameters' device; the

@@ -53,11 +53,19 @@ class KLEarlyStop:
         self.open = torch.ones(shape, device=device)
         #: ``[]`` (``[S]``) optimizer steps applied (with a nonzero LR) in this ``step()``.
         self.applied = torch.zeros(shape, device=device)
+        #: ``[]`` (``[S]``) ``open`` as the current epoch began: with seeds, those whose
+        #: optimizer state still advances (a stopped seed rides along through the epochs
+        #: the others run, but a single-seed run would have ended).
+        self.running = torch.ones(shape, device=device)
 
     def begin(self) -> None:
         """Start a ``step()``: every step may apply, none has."""
         self.open.fill_(1.0)
         self.applied.zero_()
+
+    def start_epoch(self) -> Tensor:
+        """Start an epoch; returns :attr:`running` (in place: a captured update reads it)."""
+        return self.running.copy_(self.open)
 
     def gate(self, kl: Tensor, lr: Tensor | None, lr_applied: Tensor | None) -> None:
         """Judge the optimizer step about to run on its ``[]`` KL, and write the learning
@@ -68,9 +76,13 @@ class KLEarlyStop:
             torch.mul(lr, self.open, out=lr_applied)
         self.applied.add_(self.open)
 
-    def stopped(self) -> Tensor:
-        """``[]`` bool: the stop triggered in this ``step()`` (with seeds: for every seed)."""
-        return (self.open == 0).all()
+    def stopped(self, active: Tensor | None = None) -> Tensor:
+        """``[]`` bool: the stop triggered in this ``step()`` (with seeds: for every seed
+        still ``active``; a frozen seed's KL stays 0 and would never stop the update)."""
+        closed = self.open == 0
+        if active is not None:
+            closed = closed | (active == 0)
+        return closed.all()
 
 
 def adapted_lr(lr: float, kl: float, target: float, bounds: tuple[float, float]) -> float:

@@ -287,7 +287,7 @@ class PPO(Algorithm):
         # single-seed run: those it was still open at the start of.
         seed_epochs = torch.zeros(seeds, device=self.device) if seeds and control is not None else None
         for _ in range(cfg.num_sgd_iters):
-            running = control.open.clone() if seed_epochs is not None else None
+            running = control.start_epoch() if control is not None else None
             epoch = self._epoch(batch, N, num_minibatches)
             kl_so_far = torch.zeros((), device=self.device)  # with accumulation: the epoch's weighted KL
             for k, (lo, size) in enumerate(bounds):
@@ -301,7 +301,7 @@ class PPO(Algorithm):
                     step_now = not cfg.accumulate_grads or k == num_minibatches - 1
                     losses = self._update(mb, params, weight=weight, step=step_now, kl_so_far=kl_so_far)
                     kl_so_far = kl_so_far + weight * losses[kl_index] if cfg.accumulate_grads else kl_so_far
-                if running is not None:
+                if seed_epochs is not None:
                     sums += losses * running
                     torch.where(running > 0, torch.maximum(kl_max, losses[kl_index]), kl_max, out=kl_max)
                 else:
@@ -311,8 +311,9 @@ class PPO(Algorithm):
             if seed_epochs is not None:
                 seed_epochs += running
             if control is not None:
+                active = self.seeds.active() if self.seeds is not None else None
                 with allowed_sync():
-                    if control.stopped().item():  # SYNC: one per epoch, the KL early stop
+                    if control.stopped(active).item():  # SYNC: one per epoch, the KL early stop
                         break
         epochs = seed_epochs.clamp(min=1) if seed_epochs is not None else epochs_run
         means = self.loss_fields(*(sums / (epochs * num_minibatches)).unbind())
@@ -461,6 +462,9 @@ class PPO(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
+        # Loading replaced the optimizer's state tensors, which a captured update would
+        # go on reading: warm up and capture again at the next step().
+        self.update_graph, self._graph_inputs = None, {}
         # The entropy coefficient is a function of the restored env-step count.
         self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
         self.entropy_coeff.fill_(self._entropy_coeff_value)

@@ -204,6 +204,8 @@ def test_seeds_resume_exactly(config_cls, env_cls, extra: dict) -> None:
 def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
     with pytest.raises(ConfigError, match="accumulate_grads: is not supported with num_seeds=2"):
         AlgorithmConfig(num_seeds=2, accumulate_grads=True, device="cpu")
+    with pytest.raises(ConfigError, match=r"optimizer_config: Adam\(maximize=True\) is not supported with num_seeds=2"):
+        AlgorithmConfig(num_seeds=2, optimizer_config={"lr": 1e-3, "maximize": True}, device="cpu").build(CartPole)
     # cudagraphs is accepted with seeds (tests/test_gpu.py); on a CPU it needs CUDA, as for one seed
     with pytest.raises(ValueError, match="cudagraphs: needs a CUDA device, got cpu"):
         AlgorithmConfig(num_seeds=2, cudagraphs=True, device="cpu").build(CartPole)
@@ -359,3 +361,37 @@ def test_seeds_with_the_tensor_lr_of_cudagraphs_update_as_with_a_float_lr(optimi
         for i in range(3):
             assert t[f"seed{i}/monitors/optimizer_steps"] == p[f"seed{i}/monitors/optimizer_steps"]
         assert t["monitors/lr"] == pytest.approx(p["monitors/lr"], rel=1e-6)
+
+
+def test_a_kl_stopped_seeds_adam_state_is_its_single_seed_runs() -> None:
+    """Adam with the per-seed KL early stop, over two updates: a seed that stopped keeps
+    its moments and step count while the other seeds run on (a single-seed run's update
+    has ended), so each seed's Adam state, and its next update, are a single-seed run's."""
+    S = 3
+    extra = {"optimizer_cls": torch.optim.Adam, "optimizer_config": {"lr": 3e-3}, "target_kl_div": 3e-3,
+             "sgd_minibatch_size": 32, "shuffle_minibatches": False}
+    multi = AlgorithmConfig(**_config(num_seeds=S, **extra)).build(Pendulum)
+    singles = [AlgorithmConfig(**_config(**extra)).build(Pendulum) for _ in range(S)]
+    epochs = set()
+    for update in range(2):
+        multi.collect()
+        for i, single in enumerate(singles):
+            single.collect()
+            _feed_seed(multi, single, i)
+            if update:  # the parameters agree to rounding; continue from the same ones
+                single.policy.model.load_state_dict(multi.policy.model.unstack(i).state_dict())
+        out = multi.step()
+        for i, single in enumerate(singles):
+            one = single.step()
+            epochs.add(one["monitors/sgd_epochs"])
+            assert out[f"seed{i}/monitors/optimizer_steps"] == one["monitors/optimizer_steps"]
+            mine = [multi.optimizer.state[p] for p in multi.policy.model.parameters()]
+            theirs = [single.optimizer.state[p] for p in single.policy.model.parameters()]
+            for a, b in zip(mine, theirs):
+                assert float(a["step"][i]) == float(b["step"])  # steps passed through its optimizer
+                mine_sq, theirs_sq = a["exp_avg_sq"][i], b["exp_avg_sq"]  # stacked [in, out], Linear [out, in]
+                mine_sq = mine_sq.T if mine_sq.dim() == 2 and mine_sq.shape == theirs_sq.shape[::-1] else mine_sq.reshape(theirs_sq.shape)
+                torch.testing.assert_close(mine_sq, theirs_sq, rtol=1e-3, atol=1e-10)
+            for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
+                torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert len(epochs) > 1  # the seeds stopped after different numbers of epochs
