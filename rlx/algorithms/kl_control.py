@@ -67,14 +67,15 @@ class KLEarlyStop:
         """Start an epoch; returns :attr:`running` (in place: a captured update reads it)."""
         return self.running.copy_(self.open)
 
-    def gate(self, kl: Tensor, lr: Tensor | None, lr_applied: Tensor | None) -> None:
+    def gate(self, kl: Tensor, lr: Tensor | None, lr_applied: Tensor | None, active: Tensor | None = None) -> None:
         """Judge the optimizer step about to run on its ``[]`` KL, and write the learning
         rate it applies (``lr``, or 0 from the first step judged above the limit on)
-        into ``lr_applied``."""
+        into ``lr_applied``. With seeds, ``active`` (``[S]``) leaves the frozen seeds'
+        steps out of :attr:`applied`."""
         self.open.mul_(kl <= self.limit)
         if lr is not None:
             torch.mul(lr, self.open, out=lr_applied)
-        self.applied.add_(self.open)
+        self.applied.add_(self.open if active is None else self.open * active)
 
     def stopped(self, active: Tensor | None = None) -> Tensor:
         """``[]`` bool: the stop triggered in this ``step()`` (with seeds: for every seed

@@ -409,8 +409,10 @@ class PPO(Algorithm):
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
                 # With seeds the gate is each seed's step factor (SeedGroup.optimizer_step),
                 # not the LR the seeds share.
-                lr = self._lr_tensor if self.seeds is None else None
-                self.kl_stop.gate(kl, lr, self._lr_applied)
+                if self.seeds is None:
+                    self.kl_stop.gate(kl, self._lr_tensor, self._lr_applied)
+                else:
+                    self.kl_stop.gate(kl, None, None, self.seeds.active())
             self._optimizer_step(params)
         return stats
 

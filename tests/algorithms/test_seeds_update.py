@@ -395,3 +395,20 @@ def test_a_kl_stopped_seeds_adam_state_is_its_single_seed_runs() -> None:
             for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
                 torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     assert len(epochs) > 1  # the seeds stopped after different numbers of epochs
+
+
+def test_a_done_seed_does_not_hold_the_kl_early_stop_open() -> None:
+    """A done (or diverged) seed is frozen, so its KL stays 0 and its gate never closes:
+    the update must end once every seed still training has stopped, not run all epochs."""
+    extra = {"sgd_minibatch_size": 48, "shuffle_minibatches": False, "target_kl_div": 1e-3,
+             "optimizer_config": {"lr": 0.05}, "num_sgd_iters": 8}
+    algo = AlgorithmConfig(**_config(num_seeds=2, **extra)).build(Pendulum)
+    algo.seeds.mark_done([0])
+    algo.collect()
+    before = [p.detach()[0].clone() for p in algo.policy.model.parameters()]
+    out = algo.step()
+    assert out["seed0/active"] == 0.0 and out["seed0/monitors/optimizer_steps"] == 0.0
+    assert out["monitors/sgd_epochs"] < 8  # seed 1's stop ended the update
+    assert out["monitors/sgd_epochs"] == math.ceil(out["seed1/monitors/optimizer_steps"] / 3)  # 3 minibatches an epoch
+    for p, b in zip(algo.policy.model.parameters(), before):
+        assert torch.equal(p.detach()[0], b)
