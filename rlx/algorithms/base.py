@@ -25,7 +25,7 @@ from rlx.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
 from rlx.schedulers import Schedule
-from rlx.seed_optim import SeedAdam, seed_optimizer
+from rlx.seed_optim import KERNEL_FLAGS, SeedAdam, seed_optimizer
 from rlx.seeds import SeedGroup, normalize_per_seed, seed_rows
 from rlx.stacked import stacked_model_cls
 from rlx.yaml_types import config_to_dict
@@ -35,9 +35,6 @@ if TYPE_CHECKING:
     from rlx.env import EnvFactory
 
 __all__ = ["Algorithm", "Obs"]
-
-#: Optimizer param-group flags that choose the kernel: the algorithm's own win on resume.
-_KERNEL_FLAGS = ("fused", "foreach", "capturable", "differentiable")
 
 
 class Algorithm(ABC):
@@ -447,7 +444,8 @@ class Algorithm(ABC):
         """The optimizer's moments, steps and LR from a checkpoint, keeping the kernel this
         algorithm chose (fused, capturable, ...): a checkpoint of an eager run resumes
         under ``cudagraphs``, and one of a graphed run eagerly."""
-        kept = [{k: g[k] for k in _KERNEL_FLAGS if k in g} for g in self.optimizer.param_groups]
+        # The param-group flags that choose the kernel: the algorithm's own win on resume.
+        kept = [{k: g[k] for k in KERNEL_FLAGS if k in g} for g in self.optimizer.param_groups]
         self.optimizer.load_state_dict(state)
         if isinstance(self.optimizer, SeedAdam):  # one kernel; its [S] step counts stay on the device
             return
