@@ -40,6 +40,20 @@ def _feed_seed(multi, single, i: int) -> None:
         one.count.copy_(many.count)
 
 
+def _multi_and_singles(S: int, extra: dict, env_cls=Pendulum) -> tuple:
+    """An S-seed PPO and S single-seed PPOs of the same config."""
+    multi = AlgorithmConfig(**_config(num_seeds=S, **extra)).build(env_cls)
+    return multi, [AlgorithmConfig(**_config(**extra)).build(env_cls) for _ in range(S)]
+
+
+def _collect_and_feed(multi, singles: list) -> None:
+    """Collect with all, then give single i seed i's parameters and rollout."""
+    multi.collect()
+    for i, single in enumerate(singles):
+        single.collect()
+        _feed_seed(multi, single, i)
+
+
 def _side_by_side(config_cls, env_cls, extra: dict, S: int = 3, rtol: float = 1e-5, atol: float = 1e-6,
                   ) -> tuple[dict, list[dict]]:
     """One step() of an S-seed run and of S single-seed runs fed its seeds' parameters and
@@ -101,14 +115,10 @@ def test_the_kl_adaptive_lr_moves_each_seeds_lr_on_its_own_kl() -> None:
     S = 3
     extra = {"target_kl_div": 2e-4, "kl_adaptive_lr": True, "kl_adaptive_lr_bounds": (1e-4, 1.0),
              "sgd_minibatch_size": 32, "shuffle_minibatches": False}
-    multi = AlgorithmConfig(**_config(num_seeds=S, **extra)).build(Pendulum)
-    singles = [AlgorithmConfig(**_config(**extra)).build(Pendulum) for _ in range(S)]
+    multi, singles = _multi_and_singles(S, extra)
     lrs = set()
     for _ in range(2):
-        multi.collect()
-        for i, single in enumerate(singles):
-            single.collect()
-            _feed_seed(multi, single, i)
+        _collect_and_feed(multi, singles)
         out = multi.step()
         for i, single in enumerate(singles):
             one = single.step()
@@ -370,16 +380,10 @@ def test_a_kl_stopped_seeds_adam_state_is_its_single_seed_runs() -> None:
     S = 3
     extra = {"optimizer_cls": torch.optim.Adam, "optimizer_config": {"lr": 3e-3}, "target_kl_div": 3e-3,
              "sgd_minibatch_size": 32, "shuffle_minibatches": False}
-    multi = AlgorithmConfig(**_config(num_seeds=S, **extra)).build(Pendulum)
-    singles = [AlgorithmConfig(**_config(**extra)).build(Pendulum) for _ in range(S)]
+    multi, singles = _multi_and_singles(S, extra)
     epochs = set()
-    for update in range(2):
-        multi.collect()
-        for i, single in enumerate(singles):
-            single.collect()
-            _feed_seed(multi, single, i)
-            if update:  # the parameters agree to rounding; continue from the same ones
-                single.policy.model.load_state_dict(multi.policy.model.unstack(i).state_dict())
+    for _ in range(2):
+        _collect_and_feed(multi, singles)  # the parameters too: they agree to rounding
         out = multi.step()
         for i, single in enumerate(singles):
             one = single.step()
