@@ -238,9 +238,10 @@ class MinibatchConfig(CommonConfig):
     compile: bool = False
     #: CUDA only: capture the minibatch update (forward, losses, backward, clipping,
     #: a capturable Adam with a tensor LR) in a CUDA graph and replay it, removing the
-    #: per-kernel launch cost. Needs equal minibatches (``sgd_minibatch_size`` dividing
-    #: ``num_envs * horizon``), no AMP, no gradient accumulation, one process and tensor
-    #: observations. With an env that declares ``graph_safe = True`` (the built-in envs
+    #: per-kernel launch cost. Needs ``optimizer_cls`` Adam or AdamW (with seeds: each
+    #: seed's :class:`~rlx.seed_optim.SeedAdam` step), equal minibatches
+    #: (``sgd_minibatch_size`` dividing ``num_envs * horizon``), no AMP, no gradient
+    #: accumulation, one process and tensor observations. With an env that declares ``graph_safe = True`` (the built-in envs
     #: do; see :class:`rlx.env.Env`), collect's whole T loop (acting, env steps, buffer
     #: writes) is captured too, once per mode (sampling, deterministic); other envs keep
     #: the eager T loop. Both follow one rule (:mod:`rlx.cuda_graphs`): 3 eager warm-up
@@ -266,6 +267,9 @@ class MinibatchConfig(CommonConfig):
         if self.cudagraphs:
             if self.enable_amp or self.accumulate_grads:
                 fail(self, "cudagraphs", "cannot be combined with enable_amp or accumulate_grads")
+            if self.optimizer_cls not in (torch.optim.Adam, torch.optim.AdamW):
+                fail(self, "cudagraphs", f"needs optimizer_cls torch.optim.Adam or AdamW (the captured step reads its "
+                                         f"learning rate on the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
             if self.buffer_size % self.minibatch_size:
                 fail(
                     self,

@@ -92,6 +92,8 @@ def test_cudagraphs_needs_equal_minibatches_and_no_amp() -> None:
         AlgorithmConfig(num_envs=10, horizon=10, sgd_minibatch_size=30, cudagraphs=True)
     with pytest.raises(ValueError, match=r"cudagraphs: cannot be combined with enable_amp"):
         AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, enable_amp=True)
+    with pytest.raises(ValueError, match=r"cudagraphs: needs optimizer_cls torch.optim.Adam or AdamW .*, got SGD"):
+        AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, optimizer_cls=torch.optim.SGD)
     if not torch.cuda.is_available():
         from rlx.envs import CartPole
 
