@@ -179,7 +179,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="PPO: torch.compile acting, values and losses (warm-up iterations include compiling)")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per point, after warm-up (default 5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up iterations (default 2)")
-    parser.add_argument("--threads", type=int, default=2, help="torch CPU threads (default 2)")
+    parser.add_argument("--threads", default="auto", metavar="N|auto",
+                        help="torch CPU threads (default auto: the cores other processes leave free when the "
+                        "benchmark starts; recorded with the results)")
     parser.add_argument("--tag", default="", help="suffix of the results files, e.g. recurrent")
     parser.add_argument("--out-dir", help="results directory (default: benchmarks/results of the rlx checkout, "
                         "else of the current directory)")
@@ -262,6 +264,14 @@ def run(args: argparse.Namespace) -> int:
 
     if getattr(args, "suite", None) is not None:
         return run_suite(args.suite)
+    if args.threads == "auto":
+        from rlx.threads import choose_threads
+
+        args.threads = choose_threads()
+    try:
+        args.threads = int(args.threads)
+    except ValueError:
+        raise ValueError(f"--threads: must be a positive int or 'auto', got {args.threads!r}") from None
     torch.set_num_threads(args.threads)
     device = torch.device(args.device)
     if args.num_envs:

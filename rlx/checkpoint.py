@@ -13,6 +13,7 @@ directory, holding plain data and tensors only (it loads with ``weights_only=Tru
 from __future__ import annotations
 
 import os
+import zipfile
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ __all__ = [
     "latest_checkpoint",
     "load_checkpoint",
     "load_resumable",
+    "newest_readable_checkpoint",
     "save_checkpoint_atomic",
 ]
 
@@ -73,8 +75,52 @@ def load_checkpoint(path: str | Path) -> dict[str, Any]:
     try:
         state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises OSError, EOFError, RuntimeError, pickle errors...
-        raise ValueError(f"checkpoint {path} is unreadable ({type(e).__name__}: {e})") from e
+        raise ValueError(f"checkpoint {path} is unreadable: {_why_unreadable(path, e)}") from e
     return state
+
+
+def _why_unreadable(path: Path, error: Exception) -> str:
+    """One line for a checkpoint ``torch.load`` refused (torch's own text runs to
+    paragraphs of advice that do not apply to a damaged file)."""
+    if not zipfile.is_zipfile(path):
+        size = path.stat().st_size
+        return f"truncated or not a torch file ({size} bytes; {type(error).__name__})"
+    if "Weights only load failed" in str(error):
+        return "it holds objects other than tensors and plain data, so weights_only=True refuses it"
+    first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+    return f"{type(error).__name__}: {first.split('. ')[0][:160]}"
+
+
+def newest_readable_checkpoint(run_dir: str | Path, load: Any = None) -> tuple[Path, dict[str, Any]]:
+    """The newest checkpoint of a run directory that loads, and its contents.
+
+    An unreadable newest file (a damaged disk, a copy cut short, a process killed
+    mid-write by something other than rlx) is skipped with a one-line warning for the one
+    before it.
+
+    Args:
+        load: How to load a file (default :func:`load_checkpoint`); a ``ValueError`` it
+            raises marks the file unreadable.
+
+    Raises:
+        FileNotFoundError: the run directory has no checkpoint.
+        ValueError: none of its checkpoints loads (naming each and why).
+    """
+    import warnings
+
+    load = load or load_checkpoint
+    candidates = sorted(Path(run_dir, "checkpoints").glob("ckpt_*.pt"), reverse=True)
+    if not candidates:
+        raise FileNotFoundError(f"no checkpoint in {Path(run_dir, 'checkpoints')}")
+    errors = []
+    for candidate in candidates:
+        try:
+            return candidate, load(candidate)
+        except ValueError as e:
+            errors.append(str(e))
+            if candidate is not candidates[-1]:
+                warnings.warn(f"{e}; trying the checkpoint before it", stacklevel=2)
+    raise ValueError(f"no readable checkpoint in {Path(run_dir, 'checkpoints')}: {'; '.join(errors)}")
 
 
 def load_resumable(path: Path | str) -> dict[str, Any]:

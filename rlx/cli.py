@@ -26,6 +26,57 @@ from typing import Any
 __all__ = ["main"]
 
 
+def _writable_dir(path: Path, what: str) -> None:
+    """Create the directory ``path`` (and its parents) and prove it takes a file, before
+    any work whose results would go there.
+
+    Raises:
+        ValueError: naming ``what`` (the option and its value), the directory and why it
+            cannot be written.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".rlx-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            reason = f"{blocker} is a file, not a directory"
+        raise ValueError(f"{what}: cannot write in {path} ({reason}); choose another place") from e
+
+
+def _threads_arg(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int or 'auto', got {value!r}")
+    return threads
+
+
+def _cpu_threads(threads: int | str | None) -> Any:
+    """Apply ``--threads``: a count is set once; ``auto`` (the default, unless
+    ``OMP_NUM_THREADS`` fixes it) returns the :class:`~rlx.threads.AutoThreads` that keeps
+    torch off the cores other processes use."""
+    import torch
+
+    from rlx.threads import AutoThreads, threads_are_set_by_user
+
+    if isinstance(threads, int):
+        torch.set_num_threads(threads)
+        return None
+    if threads is None and threads_are_set_by_user():
+        return None
+    auto = AutoThreads()
+    auto.update()
+    return auto
+
+
 def _cmd_train(args: argparse.Namespace) -> int:
     import torch
 
@@ -47,8 +98,6 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _train(args: argparse.Namespace, run: Any) -> int:
-    import torch
-
     from rlx import distributed as rdist
     from rlx.checkpoint import latest_checkpoint
     from rlx.trainer import Trainer
@@ -66,10 +115,10 @@ def _train(args: argparse.Namespace, run: Any) -> int:
         raise FileNotFoundError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
     if not args.resume and latest_checkpoint(run_dir) is not None:
         raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it, or another --run-dir")
-    if args.threads is not None:
-        torch.set_num_threads(args.threads)
+    if rdist.rank() == 0:
+        _writable_dir(run_dir, f"--run-dir {run_dir}")
     algo = run.config.build(run.env_cls)
-    trainer = Trainer(algo, run.trainer, run_dir=run_dir, run_config=run)
+    trainer = Trainer(algo, run.trainer, run_dir=run_dir, run_config=run, cpu_threads=_cpu_threads(args.threads))
     if args.resume:
         path = trainer.resume()
         say(f"resumed {run_dir} from {path.name} (iteration {trainer.iteration}, {algo.env_steps} env steps)")
@@ -78,6 +127,8 @@ def _train(args: argparse.Namespace, run: Any) -> int:
     metrics = trainer.run()
     ckpt = latest_checkpoint(run_dir)
     say(f"stopped: {trainer.stop_reason} after {algo.env_steps} env steps in {trainer.wall_s:.1f} s of training")
+    if trainer.stop_hint:
+        say(f"  {trainer.stop_hint}")
     say(f"run directory: {run_dir}")
     say(f"  metrics:    {run_dir / 'metrics.jsonl'}   (curves: rlx plot {run_dir})")
     say(f"  checkpoint: {ckpt}")
@@ -88,10 +139,12 @@ def _train(args: argparse.Namespace, run: Any) -> int:
 
 
 def _cmd_eval(args: argparse.Namespace) -> int:
-    from rlx.export import policy_from_checkpoint
+    from rlx.env import check_device_available
     from rlx.evaluation import evaluate_policy
+    from rlx.export import policy_from_checkpoint
     from rlx.run_config import env_factory
 
+    check_device_available(args.device, where="--device")
     policy, run = policy_from_checkpoint(args.path, device=args.device, seed=args.seed)
     env = env_factory(run["env"], run.get("env_kwargs"))(args.num_envs, None, device=args.device)
     stats = evaluate_policy(policy, env, episodes=args.episodes, max_steps=args.max_steps, deterministic=not args.stochastic)
@@ -103,6 +156,8 @@ def _cmd_eval(args: argparse.Namespace) -> int:
 def _cmd_plot(args: argparse.Namespace) -> int:
     from rlx.plotting import is_multi_seed_run, plot_run, plot_seeds
 
+    if args.out:
+        _writable_dir(Path(args.out).parent, f"--out {args.out}")
     one = len(args.run_dir) == 1
     if one and not is_multi_seed_run(args.run_dir[0]):
         out = plot_run(args.run_dir[0], args.out)
@@ -129,11 +184,14 @@ def _cmd_plot(args: argparse.Namespace) -> int:
 def _cmd_export(args: argparse.Namespace) -> int:
     from rlx.export import export_onnx, export_torchscript
 
+    run_dir = Path(args.path) if Path(args.path).is_dir() else Path(args.path).parent
+    out = Path(args.out) if args.out else run_dir / ("policy.onnx" if args.format == "onnx" else "policy.pt")
+    _writable_dir(out.parent, f"--out {out}")
     if args.format == "onnx":
-        out = export_onnx(args.path, args.out or Path(args.path) / "policy.onnx", seed=args.seed)
-        print(f"wrote {out} (ONNX: raw observations in, env actions out; run with onnxruntime)")
+        export_onnx(args.path, out, seed=args.seed)
+        print(f"wrote {out} (ONNX, one self-contained file: raw observations in, env actions out; run with onnxruntime)")
         return 0
-    out = export_torchscript(args.path, args.out or Path(args.path) / "policy.pt", seed=args.seed)
+    export_torchscript(args.path, out, seed=args.seed)
     print(f"wrote {out} (TorchScript; load with torch.jit.load or rlx.load_policy)")
     return 0
 
@@ -193,7 +251,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--run-dir", help="run directory (default: runs/<config name>-<timestamp>)")
     train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
-    train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    train.add_argument("--threads", type=_threads_arg, metavar="N|auto",
+                       help="torch CPU threads (default auto: the cores other processes leave free, looked at again "
+                       "every 5 s; OMP_NUM_THREADS, when set, is kept)")
     train.add_argument("--seeds", type=int, metavar="S",
                        help="train S independent agents at once (seeds seed..seed+S-1; config.num_seeds); every algorithm")
     train.set_defaults(func=_cmd_train)
@@ -269,7 +329,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("rlx: interrupted", file=sys.stderr)
         return 130
-    except (FileNotFoundError, ValueError, ImportError, TypeError, FloatingPointError) as e:
+    except (OSError, ValueError, ImportError, TypeError, FloatingPointError) as e:
         if os.environ.get("RLX_DEBUG"):
             raise
         message = str(e).splitlines()[0] if str(e) else type(e).__name__

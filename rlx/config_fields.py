@@ -7,12 +7,14 @@ A leaf module: it imports nothing else from rlx but the schedule check.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import math
+from collections.abc import Iterable
 from typing import Any
 
 from rlx.schedulers import check_schedule
 
-__all__ = ["ConfigError", "config_dataclass", "foreign_field_hint", "fail", "check_int", "check_float", "check_bool", "check_schedule_field"]
+__all__ = ["ConfigError", "config_dataclass", "did_you_mean", "foreign_field_hint", "fail", "check_int", "check_float", "check_bool", "check_schedule_field"]
 
 
 class ConfigError(ValueError, TypeError):
@@ -36,9 +38,7 @@ def config_dataclass(cls: type) -> type:
             if hint:
                 raise ConfigError(f"{cls.__name__}.{name}: {hint}")
         if unknown:
-            raise ConfigError(
-                f"{cls.__name__}: unknown field(s) {unknown}; valid fields are {sorted(names)}"
-            )
+            raise ConfigError(f"{cls.__name__}.{unknown[0]}: unknown field{did_you_mean(unknown[0], names)}")
         init(self, *args, **kwargs)
 
     checked_init.__doc__ = init.__doc__
@@ -46,6 +46,16 @@ def config_dataclass(cls: type) -> type:
     cls.__init__ = checked_init
     return cls
 
+
+
+def did_you_mean(name: str, valid: Iterable[str]) -> str:
+    """``"; did you mean 'num_envs'?"`` with the valid names closest to a mistyped
+    ``name``; ``"; valid: ..."`` (all of them) when none is close."""
+    valid = sorted(valid)
+    close = difflib.get_close_matches(name, valid, n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {close[0]!r}?"
+    return f"; valid: {', '.join(valid)}"
 
 
 def foreign_field_hint(cls: type, name: str) -> str | None:

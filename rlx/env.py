@@ -54,6 +54,7 @@ __all__ = [
     "TRUNCATED",
     "FINAL_OBS",
     "ACTION_MASK",
+    "check_device_available",
     "check_env_limits",
     "load_state_tensors",
     "check_obs",
@@ -194,6 +195,30 @@ def resolve_device(device: str | torch.device) -> torch.device:
     if str(device) == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(device)
+
+
+def check_device_available(device: torch.device | str, *, where: str = "device") -> torch.device:
+    """``device`` (resolved), or an error saying why this machine cannot use it.
+
+    Raises:
+        ValueError: a CUDA device with a torch built without CUDA, with no GPU visible, or
+            with an index past the GPUs there are, naming ``where``.
+    """
+    device = resolve_device(device)
+    if device.type != "cuda":
+        return device
+    if torch.version.cuda is None:
+        raise ValueError(
+            f"{where}: {str(device)!r}, but this torch ({torch.__version__}) is a CPU-only build; use "
+            "device 'cpu' (or 'auto', which picks CUDA when there is one), or install a CUDA build of torch"
+        )
+    count = torch.cuda.device_count()
+    if count == 0 or (device.index is not None and device.index >= count):
+        raise ValueError(
+            f"{where}: {str(device)!r}, but {count} CUDA device(s) are visible; use device 'cpu' or 'auto', "
+            "or check CUDA_VISIBLE_DEVICES and the driver (nvidia-smi)"
+        )
+    return device
 
 
 def canonical_device(device: torch.device | str) -> torch.device:

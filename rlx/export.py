@@ -20,6 +20,7 @@ named input per entry of a Composite observation), env actions out, normalizer i
 from __future__ import annotations
 
 import copy
+import importlib
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,7 @@ from tensordict import TensorDict
 from torch import Tensor, nn
 from torchrl.data import Composite
 
-from rlx.checkpoint import checkpoint_path, load_checkpoint
+from rlx.checkpoint import checkpoint_path, load_checkpoint, newest_readable_checkpoint
 from rlx.policy import PolicyBase, RecurrentPolicy
 from rlx.run_config import ALGORITHMS, env_factory
 from rlx.yaml_types import config_from_dict
@@ -107,7 +108,8 @@ def policy_from_checkpoint(
     Raises:
         ValueError: a multi-seed run without ``seed``, or a ``seed`` out of range.
     """
-    state = load_checkpoint(checkpoint_path(path))
+    # A run directory: its newest checkpoint that loads (as --resume picks it).
+    state = newest_readable_checkpoint(path)[1] if Path(path).is_dir() else load_checkpoint(checkpoint_path(path))
     run = state["config"]
     algo_config = config_from_dict(ALGORITHMS[run["algorithm"]], run["config"], where="checkpoint config")
     num_seeds = getattr(algo_config, "num_seeds", 1)
@@ -268,6 +270,7 @@ def export_onnx(policy: PolicyBase | str | Path, out: str | Path, *, check_rows:
         ValueError: nested Composite observations, a recurrent policy over a Composite
             observation, or an exported graph that disagrees with the eager policy.
     """
+    _require_onnx()
     if not isinstance(policy, PolicyBase):
         policy, _ = policy_from_checkpoint(policy, seed=seed)
     keys = _onnx_obs_keys(policy)
@@ -284,13 +287,33 @@ def export_onnx(policy: PolicyBase | str | Path, out: str | Path, *, check_rows:
     batch = torch.export.Dim("batch")
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
+    # One self-contained file (weights inside), which is what gets copied to a robot; a
+    # weights file beside it is only needed past protobuf's 2 GB, far beyond any policy.
+    weight_bytes = sum(t.numel() * t.element_size() for t in module.state_dict().values())
     torch.onnx.export(
         module, _onnx_example(policy, deployed, keys, 3), str(out), input_names=in_names, output_names=out_names,
         dynamo=True, dynamic_shapes=(tuple({0: batch} for _ in in_names),), verbose=False,  # forward(*inputs)
+        external_data=weight_bytes > _ONNX_INLINE_BYTES,
     )
     if check_rows:
         _check_onnx(out, module, _onnx_example(policy, deployed, keys, check_rows), in_names)
     return out
+
+
+#: Policies up to this many bytes of weights are written as one ``.onnx`` file.
+_ONNX_INLINE_BYTES = 1 << 30
+
+
+def _require_onnx() -> None:
+    """Fail before any work when the ``onnx`` extra is missing, naming the extra."""
+    missing = []
+    for name in ("onnx", "onnxscript"):
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            missing.append(name)
+    if missing:
+        raise ImportError(f"ONNX export needs {' and '.join(missing)}: pip install 'rlx[onnx]'")
 
 
 def _onnx_example(policy: PolicyBase, deployed: DeployedPolicy, keys: list[str] | None, n: int) -> tuple[Tensor, ...]:

@@ -145,9 +145,9 @@ def _threshold_of(run_dir: Path, metric: str) -> float | None:
     path = run_dir / "config.yaml"
     if not path.is_file():
         return None
-    import yaml
+    from rlx.yaml_types import load_yaml
 
-    stop_at = ((yaml.safe_load(path.read_text()) or {}).get("trainer") or {}).get("stop_at") or {}
+    stop_at = ((load_yaml(path.read_text()) or {}).get("trainer") or {}).get("stop_at") or {}
     value = stop_at.get(metric, stop_at.get(metric.replace("eval/", "episodes/")))
     return float(value) if isinstance(value, (int, float)) else None
 

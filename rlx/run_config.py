@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from rlx.config import A2CConfig, AlgorithmConfig, CommonConfig, NPGConfig, RecurrentA2CConfig, RecurrentAlgorithmConfig
-from rlx.config_fields import ConfigError, config_dataclass
-from rlx.yaml_types import config_from_dict, config_to_dict, import_object
+from rlx.config_fields import ConfigError, config_dataclass, did_you_mean
+from rlx.yaml_types import config_from_dict, config_to_dict, import_object, load_yaml
 
 __all__ = ["ALGORITHMS", "RunConfig", "TrainerConfig", "env_factory", "load_run_config"]
 
@@ -155,7 +155,7 @@ class RunConfig:
         valid = ["algorithm", "config", "env", "env_kwargs", "trainer"]
         unknown = sorted(set(data) - set(valid))
         if unknown:
-            raise ConfigError(f"{where}: unknown top-level key(s) {unknown}; valid keys are {valid}")
+            raise ConfigError(f"{where}.{unknown[0]}: unknown top-level key{did_you_mean(unknown[0], valid)}")
         env_kwargs = data.get("env_kwargs") or {}
         if not isinstance(env_kwargs, dict):
             raise ConfigError(f"{where}.env_kwargs: must be a mapping of constructor arguments, got {env_kwargs!r}")
@@ -201,7 +201,7 @@ def load_run_config(path: str | Path, overrides: Iterable[str] = ()) -> RunConfi
     if not path.is_file():
         raise FileNotFoundError(f"no config file at {path}")
     try:
-        data = yaml.safe_load(path.read_text())
+        data = load_yaml(path.read_text())
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({e})") from e
     data = data if data is not None else {}
@@ -220,6 +220,6 @@ def _parse_override(item: str) -> tuple[str, Any]:
     if not sep or not key:
         raise ConfigError(f"--set {item!r}: expected key=value, like config.num_envs=64")
     try:
-        return key, yaml.safe_load(raw)
+        return key, load_yaml(raw)
     except yaml.YAMLError as e:
         raise ConfigError(f"--set {item!r}: value is not valid YAML ({e})") from e

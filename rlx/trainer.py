@@ -40,6 +40,7 @@ from rlx.checkpoint import (
     latest_checkpoint,
     load_checkpoint,
     load_resumable,
+    newest_readable_checkpoint,
     save_checkpoint_atomic,
 )
 from rlx.env import env_record
@@ -56,6 +57,7 @@ from rlx.stopping import (
     signal_reason,
     stop_conditions_from_config,
 )
+from rlx.threads import AutoThreads
 from rlx.yaml_types import config_to_dict
 
 if TYPE_CHECKING:
@@ -102,6 +104,9 @@ class Trainer:
             checkpoint (what ``rlx train`` passes); by default one is derived from the
             algorithm.
         stop_conditions: Extra conditions, on top of those ``config`` asks for.
+        cpu_threads: Keeps torch's CPU threads off the cores other processes use
+            (:class:`~rlx.threads.AutoThreads`, what ``rlx train`` passes unless told a
+            thread count); ``None`` leaves them as they are.
     """
 
     def __init__(
@@ -112,19 +117,25 @@ class Trainer:
         run_dir: str | Path | None = None,
         run_config: RunConfig | None = None,
         stop_conditions: Iterable[StopCondition] = (),
+        cpu_threads: AutoThreads | None = None,
     ) -> None:
         self.algorithm = algorithm
         self.config = config or TrainerConfig()
         self.run_dir = Path(run_dir) if run_dir is not None else None
         self.run_config = run_config
         self.stop_conditions = stop_conditions_from_config(self.config) + list(stop_conditions)
+        self.cpu_threads = cpu_threads
         self.iteration = 0
         self.wall_s = 0.0
         self.last_metrics: dict[str, float] = {}
         self.stop_reason: str | None = None
         #: The signal that stopped the last :meth:`run` (SIGTERM, SIGINT), else ``None``.
         self.interrupted_by: int | None = None
+        #: What to do to go on, when :meth:`run` stopped at once (a goal already met).
+        self.stop_hint: str | None = None
         self._eval_env: Any = None
+        self._session_start = (0, 0, 0.0)  # env steps, iteration and training time when run() began
+        self._last_episodes: dict[str, float] = {}
         self._writer: Any = None
         self._tty = sys.stdout.isatty()
         # Under torchrun every rank trains; rank 0 alone evaluates, writes and prints.
@@ -202,21 +213,7 @@ class Trainer:
         if checkpoint is None:
             if self.run_dir is None:
                 raise FileNotFoundError("Trainer.resume: no checkpoint given and no run_dir to look in")
-            candidates = sorted(Path(self.run_dir, "checkpoints").glob("ckpt_*.pt"), reverse=True)
-            if not candidates:
-                raise FileNotFoundError(f"no checkpoint to resume from in {self.run_dir}/checkpoints")
-            errors = []
-            for candidate in candidates:
-                try:
-                    state = load_resumable(candidate)
-                except ValueError as e:
-                    errors.append(str(e))
-                    warnings.warn(f"{e}; trying the checkpoint before it", stacklevel=2)
-                    continue
-                checkpoint = candidate
-                break
-            else:
-                raise ValueError(f"no readable checkpoint in {self.run_dir}/checkpoints: {'; '.join(errors)}")
+            checkpoint, state = newest_readable_checkpoint(self.run_dir, load_resumable)
         else:
             state = load_resumable(checkpoint)
         self._check_resume_config(state, checkpoint)
@@ -298,25 +295,41 @@ class Trainer:
                 if isinstance(value, (int, float)) and math.isfinite(value) and key not in ("iteration",):
                     self._writer.add_scalar(key, value, self.algorithm.env_steps)
 
-    def _progress(self, metrics: dict[str, float], final: bool = False) -> None:
-        if not self.config.progress or not self.is_writer:
-            return
-        steps = self.algorithm.env_steps
-        rate = steps / self.wall_s if self.wall_s > 0 else 0.0
-        ret = metrics.get("episodes/return_mean", math.nan)
-        length = metrics.get("episodes/length_mean", math.nan)
-        line = f"iter {self.iteration:5d} | env steps {steps:>10,d} | {rate:>9,.0f} steps/s | return {ret:8.2f} | length {length:7.1f}"
-        if "eval/return_mean" in metrics:
-            line += f" | eval {metrics['eval/return_mean']:8.2f}"
-        # Progress toward the nearest budget: env steps or iterations (metric goals have none).
+    def _budget_fraction(self, steps: int, iteration: int) -> float | None:
+        """The share of the nearest budget (``max_env_steps``, ``max_iterations``) spent."""
         fractions = []
         if self.config.max_env_steps:
             fractions.append(steps / self.config.max_env_steps)
         if self.config.max_iterations:
-            fractions.append(self.iteration / self.config.max_iterations)
-        if fractions and self.wall_s > 0:
-            done = min(max(fractions), 1.0)
-            line += f" | {100 * done:3.0f}% ETA {self.wall_s * (1 - done) / max(done, 1e-9):5.0f} s"
+            fractions.append(iteration / self.config.max_iterations)
+        return min(max(fractions), 1.0) if fractions else None
+
+    def _progress(self, metrics: dict[str, float], final: bool = False) -> None:
+        if not self.config.progress or not self.is_writer:
+            return
+        steps = self.algorithm.env_steps
+        # Speed of this process: a resumed run's earlier time and steps are not in it.
+        start_steps, start_iter, start_wall = self._session_start
+        rate = (steps - start_steps) / (self.wall_s - start_wall) if self.wall_s > start_wall else 0.0
+        # The latest episodes that ended: an iteration in which none did keeps the last.
+        for key in ("episodes/return_mean", "episodes/length_mean"):
+            value = metrics.get(key, math.nan)
+            if value == value:
+                self._last_episodes[key] = value
+        ret, length = (self._last_episodes.get(k) for k in ("episodes/return_mean", "episodes/length_mean"))
+        line = (f"iter {self.iteration:5d} | env steps {steps:>10,d} | {rate:>9,.0f} steps/s | return "
+                + (f"{ret:8.2f}" if ret is not None else f"{'-':>8}")
+                + " | length " + (f"{length:7.1f}" if length is not None else f"{'-':>7}"))
+        if "eval/return_mean" in metrics:
+            line += f" | eval {metrics['eval/return_mean']:8.2f}"
+        # Progress toward the nearest budget: env steps or iterations, and the time it
+        # leaves at this process's speed. A metric goal may end the run sooner: then the
+        # time left is an upper bound.
+        done, done_at_start = self._budget_fraction(steps, self.iteration), self._budget_fraction(start_steps, start_iter)
+        if done is not None and done > done_at_start and self.wall_s > start_wall:
+            left = (self.wall_s - start_wall) * (1 - done) / (done - done_at_start)
+            goal = any(isinstance(c, (MetricThreshold, MetricPlateau)) for c in self.stop_conditions)
+            line += f" | {100 * done:3.0f}% of budget, " + (f"<= {left:.0f} s left" if goal else f"ETA {left:.0f} s")
         if self._tty:
             print("\r" + line, end="\n" if final else "", flush=True)
         elif final or self.iteration % self.config.log_every == 0:
@@ -339,15 +352,26 @@ class Trainer:
                 "Trainer.run: no stop condition; set max_env_steps, max_iterations, max_wall_s, stop_at, "
                 "stop_below or plateau_metric"
             )
-        self.stop_reason, self.interrupted_by = None, None
+        self.stop_reason, self.interrupted_by, self.stop_hint = None, None, None
         # A budget already spent (a finished run resumed with the same limits) stops
         # before training another iteration. Metric conditions need new metrics.
+        # A metric goal the last iteration already met (a finished run resumed) stops too,
+        # saying how to go on.
         for condition in self.stop_conditions:
             if isinstance(condition, (MaxIterations, MaxEnvSteps, MaxWallTime)):
                 reason = condition(self, self.last_metrics)
+            elif isinstance(condition, MetricThreshold) and self.last_metrics:
+                reason = condition(self, self.last_metrics)
                 if reason is not None:
-                    self.stop_reason = reason
-                    return self.last_metrics
+                    field = "stop_at" if condition.above else "stop_below"
+                    reason = f"{reason}, met before this resume (iteration {self.iteration})"
+                    self.stop_hint = f"to train on, raise the goal or drop it: --set trainer.{field}=null"
+            else:
+                continue
+            if reason is not None:
+                self.stop_reason = reason
+                return self.last_metrics
+        self._session_start = (self.algorithm.env_steps, self.iteration, self.wall_s)
         self._open_outputs()
         try:
             with StopSignals() as signals:
@@ -361,6 +385,8 @@ class Trainer:
     def _iteration(self, signals: StopSignals) -> None:
         """One collect and step, then evaluation, the stop decision, logs and checkpoint."""
         algo, cfg = self.algorithm, self.config
+        if self.cpu_threads is not None:
+            self.cpu_threads.update()
         start = time.perf_counter()
         metrics = {**algo.collect(), **algo.step()}
         self.iteration += 1

@@ -10,15 +10,53 @@ from __future__ import annotations
 
 import dataclasses
 import importlib
+import re
 import types
 import typing
 from typing import Any
 
 from torch import nn
 
-from rlx.config_fields import ConfigError, foreign_field_hint
+from rlx.config_fields import ConfigError, did_you_mean, foreign_field_hint
 
-__all__ = ["import_object", "object_path", "config_from_dict", "config_to_dict"]
+__all__ = ["import_object", "object_path", "config_from_dict", "config_to_dict", "load_yaml"]
+
+# YAML 1.1 (PyYAML) reads a number without a dot, like ``3e-4`` or ``1e6``, as a string;
+# YAML 1.2 and every user read it as a number. Floats by 1.2's rule, ints and the rest by 1.1's.
+_FLOAT = re.compile(
+    r"""^(?:[-+]?(?:[0-9][0-9_]*)\.[0-9_]*(?:[eE][-+]?[0-9]+)?
+    |[-+]?(?:[0-9][0-9_]*)(?:[eE][-+]?[0-9]+)
+    |\.[0-9_]+(?:[eE][-+]?[0-9]+)?
+    |[-+]?\.(?:inf|Inf|INF)
+    |\.(?:nan|NaN|NAN))$""",
+    re.X,
+)
+
+
+def _loader() -> type:
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.yaml_implicit_resolvers = {
+        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:float"]
+        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    }
+    Loader.add_implicit_resolver("tag:yaml.org,2002:float", _FLOAT, list("-+0123456789."))
+    return Loader
+
+
+def load_yaml(text: str) -> Any:
+    """``yaml.safe_load`` that reads every number a person writes as a number:
+    ``3e-4``, ``1e6`` and ``1.0e+6`` included (PyYAML alone reads the first two as strings).
+
+    Raises:
+        yaml.YAMLError: ``text`` is not valid YAML.
+    """
+    import yaml
+
+    return yaml.load(text, Loader=_loader())
 
 
 def import_object(path: str, *, where: str = "") -> Any:
@@ -35,7 +73,13 @@ def import_object(path: str, *, where: str = "") -> Any:
     try:
         module = importlib.import_module(module_name)
     except Exception as e:  # ImportError, or an error raised while importing user code
-        raise ConfigError(f"{where}: cannot import module {module_name!r} ({type(e).__name__}: {e})") from e
+        hint = ""
+        if isinstance(e, ModuleNotFoundError) and e.name and module_name.startswith(e.name):
+            hint = (
+                f"; to make {module_name!r} importable, run rlx from the directory that holds "
+                f"{e.name.split('.')[0]!r}, add that directory to PYTHONPATH, or pip install its package"
+            )
+        raise ConfigError(f"{where}: cannot import module {module_name!r} ({type(e).__name__}: {e}){hint}") from e
     obj = module
     for part in attr.split("."):
         if not hasattr(obj, part):
@@ -89,6 +133,8 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
             raise ConfigError(f"{where}: must be true or false, got {value!r}")
         return value
     if tp is int:
+        if isinstance(value, float) and value.is_integer():  # 1e6, 1.0e+6
+            return int(value)
         if isinstance(value, bool) or not isinstance(value, int):
             raise ConfigError(f"{where}: must be an integer, got {value!r}")
         return value
@@ -142,7 +188,7 @@ def config_from_dict(cls: type, data: Any, *, where: str = "") -> Any:
     for key, value in data.items():
         if key not in fields:
             hint = foreign_field_hint(cls, key)
-            raise ConfigError(f"{where}.{key}: {hint}" if hint else f"{where}.{key}: unknown key; valid keys are {sorted(fields)}")
+            raise ConfigError(f"{where}.{key}: {hint}" if hint else f"{where}.{key}: unknown key{did_you_mean(key, fields)}")
         kwargs[key] = _coerce(value, hints[key], f"{where}.{key}")
     return cls(**kwargs)
 

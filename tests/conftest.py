@@ -10,6 +10,17 @@ from tensordict import TensorDict
 from torchrl.data import Categorical, Composite, Unbounded
 
 from rlx.env import Env
+from rlx.threads import AutoThreads, threads_are_set_by_user
+
+# torch's threads kept off the cores other processes use (rlx.threads), looked at again
+# between tests at most every 5 s: a suite beside another busy process stays fast.
+_CPU_THREADS = None if threads_are_set_by_user() else AutoThreads()
+
+
+@pytest.fixture(autouse=True)
+def _cpu_threads() -> None:
+    if _CPU_THREADS is not None:
+        _CPU_THREADS.update()
 
 
 class ScriptedEnv(Env):

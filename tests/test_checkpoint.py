@@ -47,3 +47,24 @@ def test_a_checkpoint_of_another_format_is_refused_naming_both(tmp_path) -> None
     save_checkpoint_atomic({"format": CHECKPOINT_FORMAT + 1, "rlx_version": "9.9", "algorithm": {}, "trainer": {}}, path)
     with pytest.raises(ValueError, match=rf"format {CHECKPOINT_FORMAT + 1} \(written by rlx 9.9\); this rlx reads format 1"):
         load_resumable(path)
+
+
+def test_an_unreadable_checkpoint_is_named_in_one_short_line(tmp_path) -> None:
+    """torch's own text for these runs to paragraphs of advice (weights_only defaults, where
+    to file an issue) that does not apply to a damaged file."""
+    good = save_checkpoint_atomic({"x": torch.arange(1000)}, tmp_path / "good.pt")
+    data = good.read_bytes()
+    cases = {
+        "cut.pt": (data[:100], r"cut\.pt is unreadable: truncated or not a torch file \(100 bytes; \w+\)$"),
+        "half.pt": (data[: len(data) // 2], r"half\.pt is unreadable: truncated or not a torch file"),
+        "empty.pt": (b"", r"empty\.pt is unreadable: truncated or not a torch file \(0 bytes"),
+        "text.pt": (b"not a checkpoint at all\n", r"text\.pt is unreadable: truncated or not a torch file"),
+    }
+    for name, (content, message) in cases.items():
+        (tmp_path / name).write_bytes(content)
+        with pytest.raises(ValueError, match=message) as caught:
+            load_checkpoint(tmp_path / name)
+        assert "\n" not in str(caught.value) and len(str(caught.value)) < 200 + len(str(tmp_path))
+    torch.save({"x": torch.nn.Linear(1, 1)}, tmp_path / "objects.pt")  # readable, but not plain data
+    with pytest.raises(ValueError, match=r"holds objects other than tensors and plain data"):
+        load_checkpoint(tmp_path / "objects.pt")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
@@ -322,3 +323,120 @@ def test_a_stop_signal_finishes_the_iteration_checkpoints_and_exits_128_plus_it(
     iterations = [json.loads(line)["iteration"] for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert iterations == list(range(1, stopped_at + 3))
 
+
+
+def _read_only_dir(tmp_path: Path) -> Path:
+    """A directory no one may write in: chmod 555 for a normal user; for root, whom file
+    modes do not stop, sysfs (which refuses new files to everyone)."""
+    if os.geteuid() != 0:
+        path = tmp_path / "read-only"
+        path.mkdir()
+        path.chmod(0o555)
+        return path
+    if not Path("/sys/kernel").is_dir():
+        pytest.skip("running as root without sysfs: no read-only directory to test with")
+    return Path("/sys/kernel")
+
+
+def _trained(tmp_path: Path) -> Path:
+    run_dir = tmp_path / "run"
+    assert main(["train", CARTPOLE, "--run-dir", str(run_dir), *QUICK, "--set", "trainer.progress=false"]) == 0
+    return run_dir
+
+
+def test_places_that_cannot_be_written_are_one_line_errors_before_any_work(tmp_path, capsys) -> None:
+    (tmp_path / "a_file").write_text("not a directory")
+    read_only = _read_only_dir(tmp_path)
+    cases = [
+        (["train", CARTPOLE, "--run-dir", str(tmp_path / "a_file" / "run")], f"{tmp_path / 'a_file'} is a file, not a directory"),
+        (["train", CARTPOLE, "--run-dir", str(read_only / "run")], f"--run-dir {read_only / 'run'}: cannot write in"),
+    ]
+    for args, message in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("rlx: error: ") and message in err, err
+    run_dir = _trained(tmp_path)
+    capsys.readouterr()
+    cases = [
+        (["export", str(run_dir), "--out", str(tmp_path / "a_file" / "policy.pt")], "a_file is a file, not a directory"),
+        (["export", str(run_dir), "--out", str(read_only / "policy.pt")], f"--out {read_only / 'policy.pt'}: cannot write in {read_only}"),
+    ]
+    if importlib.util.find_spec("matplotlib") is not None:
+        cases.append((["plot", str(run_dir), "--out", str(read_only / "curves.png")], f"cannot write in {read_only}"))
+    for args, message in cases:
+        assert main(args) == 2, args
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1 and err.startswith("rlx: error: ") and message in err, err
+
+
+@pytest.mark.skipif(torch.version.cuda is not None, reason="needs a CPU-only torch")
+def test_a_cuda_device_on_cpu_only_torch_is_a_one_line_error_naming_the_field(tmp_path, capsys) -> None:
+    assert main(["train", CARTPOLE, "--run-dir", str(tmp_path / "run"), "--set", "config.device=cuda"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "rlx: error: AlgorithmConfig.device: 'cuda', but this torch" in err and "CPU-only build" in err
+    assert main(["eval", str(tmp_path / "run"), "--device", "cuda"]) == 2
+    assert "rlx: error: --device: 'cuda', but this torch" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    "missing, args, message",
+    [
+        (["onnxscript"], ["export", "{run}", "--format", "onnx"], "ONNX export needs onnxscript: pip install 'rlx[onnx]'"),
+        (["gymnasium"], ["train", str(ROOT / "configs" / "mujoco" / "halfcheetah_ppo.yaml")],
+         "GymnasiumEnv needs gymnasium (import of gymnasium halted; None in sys.modules): pip install 'rlx[mujoco]'"),
+        (["mujoco"], ["train", str(ROOT / "configs" / "mujoco" / "halfcheetah_ppo.yaml")],
+         "MuJoCo is not installed"),
+    ],
+)
+def test_a_missing_extra_is_a_one_line_error_naming_the_extra(missing, args, message, tmp_path) -> None:
+    """In a fresh process where the packages cannot be imported (``sys.modules[name] = None``
+    makes Python refuse them, as when they are not installed)."""
+    if "mujoco" in missing:
+        pytest.importorskip("gymnasium")
+        message += ", run `pip install \"gymnasium[mujoco]\"`; pip install 'rlx[mujoco]'"
+    run_dir = _trained(tmp_path) if "{run}" in args else tmp_path / "run"
+    args = [a.replace("{run}", str(run_dir)) for a in args]
+    if args[0] == "train":
+        args += ["--run-dir", str(run_dir)]
+    code = (f"import sys\nfor m in {missing!r}: sys.modules[m] = None\n"
+            f"from rlx.cli import main\nraise SystemExit(main({args!r}))")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.count("\n") == 1 and out.stderr.startswith("rlx: error: ") and message in out.stderr, out.stderr
+
+
+def test_an_env_module_that_cannot_be_imported_says_how_to_make_it_importable(tmp_path, capsys) -> None:
+    run_dir = _trained(tmp_path)
+    state = load_checkpoint(latest_checkpoint(run_dir))
+    state["config"]["env"] = "my_envs.walker:Walker"
+    torch.save(state, tmp_path / "moved.pt")
+    assert main(["eval", str(tmp_path / "moved.pt")]) == 2
+    err = capsys.readouterr().err
+    assert "cannot import module 'my_envs.walker' (ModuleNotFoundError: No module named 'my_envs')" in err
+    assert "run rlx from the directory that holds 'my_envs', add that directory to PYTHONPATH" in err
+
+
+def test_eval_and_export_fall_back_from_a_truncated_newest_checkpoint_as_resume_does(tmp_path, capsys) -> None:
+    run_dir = _trained(tmp_path)
+    newest = latest_checkpoint(run_dir)
+    newest.write_bytes(newest.read_bytes()[:100])
+    with pytest.warns(UserWarning, match=r"ckpt_00000002\.pt is unreadable: truncated or not a torch file \(100 bytes"):
+        assert main(["eval", str(run_dir), "--episodes", "2", "--num-envs", "2"]) == 0
+    with pytest.warns(UserWarning, match="trying the checkpoint before it"):
+        assert main(["export", str(run_dir), "--out", str(tmp_path / "p.pt")]) == 0
+    assert (tmp_path / "p.pt").is_file()
+
+
+def test_resuming_a_run_that_met_its_goal_stops_at_once_and_says_how_to_go_on(tmp_path, capsys) -> None:
+    run_dir = tmp_path / "run"
+    goal = ["--set", "trainer.stop_at={episodes/length_mean: 10}", "--set", "trainer.progress=false"]
+    assert main(["train", CARTPOLE, "--run-dir", str(run_dir), *goal]) == 0
+    first = load_checkpoint(latest_checkpoint(run_dir))["trainer"]["iteration"]
+    capsys.readouterr()
+    assert main(["train", CARTPOLE, "--run-dir", str(run_dir), "--resume", *goal]) == 0
+    out = capsys.readouterr().out
+    assert f"met before this resume (iteration {first})" in out
+    assert "to train on, raise the goal or drop it: --set trainer.stop_at=null" in out
+    assert load_checkpoint(latest_checkpoint(run_dir))["trainer"]["iteration"] == first  # no iteration trained

@@ -53,10 +53,12 @@ def test_minibatch_larger_than_the_buffer_is_rejected() -> None:
 
 
 def test_unknown_field_raises_a_value_error_naming_it() -> None:
-    with pytest.raises(ValueError, match=r"unknown field\(s\) \['num_env'\]"):
+    with pytest.raises(ValueError, match=r"AlgorithmConfig\.num_env: unknown field; did you mean 'num_envs'\?$"):
         AlgorithmConfig(num_env=8)
     with pytest.raises(ConfigError):
         AlgorithmConfig(lamda=0.9)
+    with pytest.raises(ConfigError, match=r"unknown field; valid: .*num_envs"):  # nothing close: every field
+        AlgorithmConfig(zzzz=1)
 
 
 def test_schedule_errors_name_the_config_class_and_the_schedule_field() -> None:

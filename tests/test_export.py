@@ -89,7 +89,12 @@ def test_rlx_export_format_onnx(tmp_path, capsys) -> None:
 
     run = _trained_run(tmp_path, AlgorithmConfig(**SMALL), CartPole)
     assert main(["export", str(run), "--format", "onnx", "--out", str(tmp_path / "p.onnx")]) == 0
-    assert "ONNX" in capsys.readouterr().out
+    assert "ONNX, one self-contained file" in capsys.readouterr().out
+    # One file, which runs alone: copied elsewhere without anything beside it.
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["p.onnx", "run"]
+    alone = tmp_path / "robot"
+    alone.mkdir()
+    (alone / "policy.onnx").write_bytes((tmp_path / "p.onnx").read_bytes())
     obs = torch.randn(7, 4)
-    (actions,) = _session(tmp_path / "p.onnx").run(None, {"obs": obs.numpy()})
+    (actions,) = _session(alone / "policy.onnx").run(None, {"obs": obs.numpy()})
     assert np.array_equal(actions, rlx.load_policy(run)(obs).numpy())

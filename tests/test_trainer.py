@@ -185,4 +185,39 @@ def test_progress_counts_toward_max_iterations_too(capsys) -> None:
     trainer = Trainer(AlgorithmConfig(**SMALL).build(CartPole), TrainerConfig(max_iterations=2, progress=True, log_every=1))
     trainer.run()
     lines = [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter")]
-    assert " 50% ETA" in lines[0] and "100% ETA     0 s" in lines[-1]
+    assert " 50% of budget, ETA" in lines[0] and "100% of budget, ETA 0 s" in lines[-1]
+
+
+def _progress_lines(capsys) -> list[str]:
+    return [line for line in capsys.readouterr().out.splitlines() if line.startswith("iter")]
+
+
+def test_progress_keeps_the_last_episodes_instead_of_nan_and_bounds_the_time_left_under_a_goal(capsys) -> None:
+    # Pendulum episodes last 200 steps: the first iterations of 16 steps end none.
+    from rlx.envs import Pendulum
+
+    config = TrainerConfig(max_iterations=16, stop_at={"episodes/return_mean": 1e9}, progress=True, log_every=1)
+    Trainer(AlgorithmConfig(**{**SMALL, "num_envs": 4}).build(Pendulum), config).run()
+    lines = _progress_lines(capsys)
+    assert "nan" not in " ".join(lines)
+    assert "return        - | length       -" in lines[0]  # no episode has ended yet
+    ended = next(i for i, line in enumerate(lines) if "return        -" not in line)
+    assert all("return        -" not in line for line in lines[ended:])  # once one ended, its value stays
+    # A goal may end the run before its budget: the time left is an upper bound, not an ETA.
+    assert "% of budget, <= " in lines[0] and "ETA" not in " ".join(lines)
+
+
+def test_progress_after_a_resume_measures_this_process_only(tmp_path, capsys) -> None:
+    config = TrainerConfig(max_iterations=2, progress=True, log_every=1, tensorboard=False)
+    first = Trainer(AlgorithmConfig(**SMALL).build(CartPole), config, run_dir=tmp_path)
+    first.run()
+    capsys.readouterr()
+    resumed = Trainer(AlgorithmConfig(**SMALL).build(CartPole), TrainerConfig(max_iterations=4, progress=True,
+                                                                             log_every=1, tensorboard=False), run_dir=tmp_path)
+    resumed.resume()
+    resumed.wall_s += 1000.0  # as if the first run had been slow: its time must not count
+    resumed.run()
+    lines = _progress_lines(capsys)
+    rate = float(lines[-1].split("|")[2].split()[0].replace(",", ""))
+    assert rate > 10 * resumed.algorithm.env_steps / resumed.wall_s  # not all steps over all time, 1000 s included
+    assert " 75% of budget, ETA " in lines[0] and float(lines[0].split("ETA")[1].split()[0]) < 100

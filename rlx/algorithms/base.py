@@ -19,7 +19,7 @@ from torch import Tensor
 from rlx import distributed as rdist
 from rlx.buffer import ACTIONS, ADVANTAGES, FINAL_VALUES, LOGP, RETURNS, VALUES
 from rlx.config_fields import ConfigError
-from rlx.env import OBS, REWARDS, TERMINATED, TRUNCATED, check_env_limits, env_is_graph_safe, env_record, resolve_device
+from rlx.env import OBS, REWARDS, TERMINATED, TRUNCATED, check_device_available, check_env_limits, env_is_graph_safe, env_record
 from rlx.gae import generalized_advantage_estimate_
 from rlx.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
@@ -60,7 +60,7 @@ class Algorithm(ABC):
         self.config = config
         self.env_cls = env_cls
         self.rank, self.world_size = rdist.rank(), rdist.world_size()
-        self.device = resolve_device(config.device)
+        self.device = check_device_available(config.device, where=f"{type(config).__name__}.device")
         if self.world_size > 1 and self.device.type == "cuda" and self.device.index is None:
             self.device = torch.device("cuda", rdist.local_rank())  # one GPU per rank
         if self.world_size > 1:

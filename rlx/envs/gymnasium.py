@@ -34,11 +34,22 @@ _AUTORESET_MODES = ("next_step", "same_step")
 _VECTORIZATION = ("sync", "async")
 
 
-def _import_gymnasium() -> Any:
+#: gymnasium's MuJoCo envs, whose extra is ``rlx[mujoco]`` (gymnasium and mujoco).
+_MUJOCO_ENVS = ("Ant", "HalfCheetah", "Hopper", "Humanoid", "HumanoidStandup", "InvertedDoublePendulum",
+                "InvertedPendulum", "Pusher", "Reacher", "Swimmer", "Walker2d")
+
+
+def _extra_for(env: Any) -> str:
+    """The pip extra an env id needs: ``rlx[mujoco]`` for gymnasium's MuJoCo envs."""
+    name = env.split("/")[-1].split("-")[0] if isinstance(env, str) else ""
+    return "rlx[mujoco]" if name in _MUJOCO_ENVS else "rlx[gymnasium]"
+
+
+def _import_gymnasium(env: Any = None) -> Any:
     try:
         import gymnasium
-    except ImportError as e:  # pragma: no cover - exercised only without the extra
-        raise ImportError("GymnasiumEnv needs gymnasium: pip install 'rlx[gymnasium]'") from e
+    except ImportError as e:
+        raise ImportError(f"GymnasiumEnv needs gymnasium ({e}): pip install '{_extra_for(env)}'") from e
     return gymnasium
 
 
@@ -140,7 +151,7 @@ class GymnasiumEnv(Env):
         make_kwargs: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(num_envs, horizon, device=device)
-        gym = _import_gymnasium()
+        gym = _import_gymnasium(env if env is not None else self.factory_kwargs.get("env"))
         given = {"env": env, "vectorization": vectorization, "autoreset_mode": autoreset_mode, "make_kwargs": make_kwargs}
         # Defaults, then what a factory bound, then what this call gives explicitly.
         options = {"vectorization": "sync", "autoreset_mode": "next_step", **self.factory_kwargs}
@@ -156,7 +167,12 @@ class GymnasiumEnv(Env):
         make_one = (lambda: gym.make(env, **make_kwargs)) if isinstance(env, str) else env
         vector_cls = gym.vector.SyncVectorEnv if vectorization == "sync" else gym.vector.AsyncVectorEnv
         mode = gym.vector.AutoresetMode.NEXT_STEP if autoreset_mode == "next_step" else gym.vector.AutoresetMode.SAME_STEP
-        self.vector_env = vector_cls([make_one for _ in range(num_envs)], autoreset_mode=mode)
+        try:
+            self.vector_env = vector_cls([make_one for _ in range(num_envs)], autoreset_mode=mode)
+        except gym.error.DependencyNotInstalled as e:  # MuJoCo, Box2D, ...: name the extra
+            extra = _extra_for(env)
+            hint = f"pip install '{extra}'" if extra != "rlx[gymnasium]" else "install what gymnasium names"
+            raise ImportError(f"GymnasiumEnv {env!r}: {str(e).splitlines()[0]}; {hint}") from e
         self.autoreset_mode = autoreset_mode
         self.observation_spec = space_to_spec(self.vector_env.single_observation_space, device=self.device)
         self.action_spec = space_to_spec(self.vector_env.single_action_space, device=self.device)
