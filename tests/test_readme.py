@@ -1,4 +1,8 @@
-"""The README's Python examples run as written."""
+"""The Python examples of the README and of the docs pages run as written.
+
+Each example is read from the page that shows it: the quickstart from README.md, the
+others from docs/ (a docs page that includes a README section shows the README's copy).
+"""
 
 from __future__ import annotations
 
@@ -7,17 +11,27 @@ from pathlib import Path
 
 import pytest
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+ENVS_PAGE = ROOT / "docs" / "envs.md"
+ALGORITHMS_PAGE = ROOT / "docs" / "algorithms.md"
 
 
-def _python_blocks() -> list[str]:
-    return re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+def _python_block(page: Path, marker: str) -> str:
+    """The one ```python block of ``page`` that contains ``marker``."""
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", page.read_text(), flags=re.S) if marker in b]
+    assert len(blocks) == 1, f"{page.relative_to(ROOT)}: {len(blocks)} python blocks contain {marker!r}"
+    return blocks[0]
 
 
-def test_readme_env_example_builds_and_trains() -> None:
-    block = next(b for b in _python_blocks() if "class Corridor" in b)
+def _run(page: Path, marker: str) -> dict:
     namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+    exec(compile(_python_block(page, marker), str(page.relative_to(ROOT)), "exec"), namespace)
+    return namespace
+
+
+def test_envs_page_corridor_example_builds_and_trains() -> None:
+    namespace = _run(ENVS_PAGE, "class Corridor")
     from rlx import AlgorithmConfig
 
     algo = AlgorithmConfig(num_envs=16, horizon=32, device="cpu", seed=0, model_config={"hiddens": [16]}).build(
@@ -30,17 +44,13 @@ def test_readme_env_example_builds_and_trains() -> None:
 
 @pytest.mark.slow
 def test_readme_quickstart_solves_cartpole() -> None:
-    block = next(b for b in _python_blocks() if "config.build(CartPole)" in b)
-    namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+    namespace = _run(README, "config.build(CartPole)")
     assert namespace["collect_stats"]["episodes/length_mean"] >= 475
 
 
 @pytest.mark.slow
-def test_readme_npg_example_runs_and_improves_pendulum() -> None:
-    block = next(b for b in _python_blocks() if "NPGConfig(" in b)
-    namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+def test_algorithms_page_npg_example_runs_and_improves_pendulum() -> None:
+    namespace = _run(ALGORITHMS_PAGE, "NPGConfig(")
     algo, stats = namespace["algo"], namespace["stats"]
     assert 0 < stats["monitors/kl_div"] < 0.1
     # Pendulum episodes last 200 steps and started together: within 4 collects of 64
@@ -53,15 +63,11 @@ def test_readme_npg_example_runs_and_improves_pendulum() -> None:
 
 
 @pytest.mark.slow
-def test_readme_recurrent_example_balances_cartpole_without_velocities() -> None:
-    block = next(b for b in _python_blocks() if "RecurrentAlgorithmConfig(" in b)
-    namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+def test_algorithms_page_recurrent_example_balances_cartpole_without_velocities() -> None:
+    namespace = _run(ALGORITHMS_PAGE, "RecurrentAlgorithmConfig(")
     assert namespace["stats"]["episodes/length_mean"] >= 400
 
 
-def test_readme_a2c_example_runs_one_step() -> None:
-    block = next(b for b in _python_blocks() if "A2CConfig(" in b)
-    namespace: dict = {}
-    exec(compile(block, "README.md", "exec"), namespace)
+def test_algorithms_page_a2c_example_runs_one_step() -> None:
+    namespace = _run(ALGORITHMS_PAGE, "A2CConfig(")
     assert namespace["stats"]["monitors/sgd_epochs"] == 1.0 and namespace["stats"]["env/steps"] == 512
