@@ -42,6 +42,31 @@ def test_envs_page_corridor_example_builds_and_trains() -> None:
     assert stats["env/steps"] == 512
 
 
+def test_envs_page_continuous_example_gets_clipped_actions_and_its_reset_config_and_learns() -> None:
+    namespace = _run(ENVS_PAGE, "class Reach")
+    from rlx import AlgorithmConfig
+
+    class Watched(namespace["Reach"]):
+        largest_action = 0.0
+
+        def step(self, actions):
+            Watched.largest_action = max(Watched.largest_action, actions.abs().max().item())
+            return super().step(actions)
+
+    algo = AlgorithmConfig(num_envs=32, horizon=50, device="cpu", seed=0, gamma=0.95,
+                           optimizer_config={"lr": 3e-3}, model_config={"hiddens": [32, 32]}).build(Watched)
+    first = algo.collect(env_config={"target_range": 0.5})["episodes/return_mean"]
+    assert algo.env.target_range == 0.5 and algo.env.target.abs().max() <= 0.5
+    returns = []
+    for _ in range(40):
+        algo.step()
+        returns.append(algo.collect()["episodes/return_mean"])
+    # The policy's Gaussian samples reach beyond [-1, 1]; the env never sees them.
+    assert Watched.largest_action <= 1.0
+    # From about -20 (seeds 0-2: -17 to -20) to about -2.2 (seeds 0-2) within 40 updates.
+    assert first < -10 and max(returns[-5:]) > first / 4
+
+
 @pytest.mark.slow
 def test_readme_quickstart_solves_cartpole() -> None:
     namespace = _run(README, "config.build(CartPole)")
