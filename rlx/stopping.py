@@ -85,7 +85,7 @@ class MetricThreshold(_Stateless):
     """Stop once ``metrics[key]`` is at least (``above=True``) or at most ``threshold``.
 
     With ``num_seeds > 1`` and a per-seed metric (``seed{i}/key``), each seed that meets
-    it is marked done and stops updating (:meth:`rlx.seeds.SeedGroup.mark_done`); the
+    it is marked done and stops updating (:meth:`rlx.members.Members.mark_done`); the
     run stops once every seed is done.
     """
 
@@ -100,10 +100,10 @@ class MetricThreshold(_Stateless):
 
     def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
         op = ">=" if self.above else "<="
-        seeds = getattr(trainer.algorithm, "seeds", None)
-        if seeds is not None and f"seed0/{self.key}" in metrics:
-            seeds.mark_done([i for i in range(seeds.num_seeds) if self._hit(metrics.get(f"seed{i}/{self.key}"))])
-            return f"every seed reached {self.key} {op} {self.threshold:g}" if seeds.all_done() else None
+        if f"seed0/{self.key}" in metrics:  # S members: each is done on its own
+            members = trainer.algorithm.members
+            members.mark_done([i for i in range(members.size) if self._hit(metrics.get(f"seed{i}/{self.key}"))])
+            return f"every seed reached {self.key} {op} {self.threshold:g}" if members.all_done() else None
         value = metrics.get(self.key)
         return f"{self.key} = {value:.4g} {op} {self.threshold:g}" if self._hit(value) else None
 
@@ -114,7 +114,7 @@ class MetricPlateau:
 
     With ``num_seeds > 1`` and a per-seed metric (``seed{i}/key``), each seed keeps its own
     best and count: a seed that plateaus is marked done and stops updating
-    (:meth:`rlx.seeds.SeedGroup.mark_done`); the run stops once every seed is done.
+    (:meth:`rlx.members.Members.mark_done`); the run stops once every seed is done.
     """
 
     key: str
@@ -130,9 +130,8 @@ class MetricPlateau:
         return value > best + self.min_delta
 
     def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
-        seeds = getattr(getattr(trainer, "algorithm", None), "seeds", None)
-        if seeds is not None and f"seed0/{self.key}" in metrics:
-            return self._per_seed(seeds, metrics)
+        if f"seed0/{self.key}" in metrics:  # S members: each plateaus on its own
+            return self._per_seed(trainer.algorithm.members, metrics)
         value = metrics.get(self.key)
         if value is None or math.isnan(value):
             return None
@@ -145,7 +144,7 @@ class MetricPlateau:
         return None
 
     def _per_seed(self, seeds, metrics: dict[str, float]) -> str | None:
-        S = seeds.num_seeds
+        S = seeds.size
         if len(self.seed_best) != S:
             self.seed_best, self.seed_since_best = [-math.inf] * S, [0] * S
         plateaued = []

@@ -257,7 +257,7 @@ class Trainer:
     def evaluate(self) -> dict[str, float]:
         """Deterministic evaluation on a separate env instance (built on first use)."""
         algo = self.algorithm
-        seeds = getattr(algo, "num_seeds", 1)  # S seeds: eval_num_envs each, eval_episodes each
+        seeds = algo.num_seeds  # S members: eval_num_envs each, eval_episodes each
         if self._eval_env is None:
             self._eval_env = algo.env_cls(self.config.eval_num_envs * seeds, algo.horizon, device=algo.device)
         return evaluate_policy(
@@ -422,16 +422,14 @@ class Trainer:
             mine = 128.0 + self.interrupted_by
         else:
             mine = 0.0 if self.stop_reason is None else 1.0
-        seeds = getattr(self.algorithm, "seeds", None)
-        flag = torch.tensor([mine], device=self.algorithm.device)
-        if seeds is not None:  # a seed done on any rank (rank 0's evaluation) is done on all
-            flag = torch.cat([flag, seeds.done.float()])
+        members = self.algorithm.members
+        # A member done on any rank (rank 0's evaluation) is done on all.
+        flag = torch.cat([torch.tensor([mine], device=self.algorithm.device), members.done.float()])
         flag = rdist.all_reduce_(flag, "max")
         with allowed_sync():
             flags = flag.tolist()  # SYNC: once per iteration
         decided = int(flags[0])
-        if seeds is not None:
-            seeds.mark_done([i for i, done in enumerate(flags[1:]) if done])
+        members.mark_done([i for i, done in enumerate(flags[1:]) if done])
         if decided >= 128 and self.interrupted_by is None:
             self.interrupted_by = decided - 128
             self.stop_reason = f"another rank {signal_reason(decided - 128)}"

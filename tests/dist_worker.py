@@ -105,7 +105,7 @@ class RankZeroMarksSeedOneDone:
 
     def __call__(self, trainer, metrics):
         if rdist.rank() == 0 and trainer.iteration >= 2:
-            trainer.algorithm.seeds.mark_done([1])
+            trainer.algorithm.members.mark_done([1])
         return None
 
     def state_dict(self):
@@ -124,7 +124,7 @@ def seeds_done(common: dict, out: str, rank: int) -> None:
     algo = AlgorithmConfig(**common, num_seeds=2, optimizer_config={"lr": 1e-2}).build(IndexedWalker)
     trainer = Trainer(algo, TrainerConfig(max_iterations=5, progress=False), stop_conditions=[RankZeroMarksSeedOneDone()])
     trainer.run()
-    torch.save({"params": [p.detach() for p in algo.policy.parameters()], "done": algo.seeds.done.tolist(),
+    torch.save({"params": [p.detach() for p in algo.policy.parameters()], "done": algo.members.done.tolist(),
                 "iteration": trainer.iteration}, f"{out}.rank{rank}")
     torch.distributed.destroy_process_group()
 

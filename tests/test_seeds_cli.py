@@ -110,7 +110,7 @@ def test_done_seeds_stay_done_across_a_resume(tmp_path) -> None:
         return AlgorithmConfig(num_envs=8, horizon=8, num_seeds=2, device="cpu", seed=0).build(CartPole)
 
     algo = build()
-    algo.seeds.mark_done([1])
+    algo.members.mark_done([1])
     algo.collect()
     frozen = [p.detach()[1].clone() for p in algo.policy.model.parameters()]
     stats = algo.step()
@@ -119,7 +119,7 @@ def test_done_seeds_stay_done_across_a_resume(tmp_path) -> None:
         assert torch.equal(p.detach()[1], f)
     resumed = build()
     resumed.load_state_dict(algo.state_dict())
-    assert resumed.seeds.all_done() is False and resumed.seeds.done.tolist() == [False, True]
+    assert resumed.members.all_done() is False and resumed.members.done.tolist() == [False, True]
 
 
 def test_evaluation_reports_each_seed_on_its_own_sub_envs() -> None:

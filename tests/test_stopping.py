@@ -21,10 +21,10 @@ def test_a_plateau_stops_each_seed_on_its_own_curve_and_the_run_when_all_have() 
 
     import torch
 
-    from rlx.seeds import SeedGroup
+    from rlx.members import Members
 
-    seeds = SeedGroup(3, torch.device("cpu"))
-    trainer = SimpleNamespace(algorithm=SimpleNamespace(seeds=seeds))
+    seeds = Members(3, torch.device("cpu"))
+    trainer = SimpleNamespace(algorithm=SimpleNamespace(members=seeds))
     plateau = MetricPlateau("score", patience=2)
     curves = [(1.0, 1.0, 1.0), (2.0, 0.5, 2.0), (3.0, 0.7, 2.5), (3.0, 0.9, 2.4), (2.9, 5.0, 2.4)]
     reasons = []

@@ -25,9 +25,8 @@ from rlx.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
 from rlx.schedulers import Schedule
-from rlx.seed_optim import KERNEL_FLAGS, SeedAdam, seed_optimizer
-from rlx.seeds import SeedGroup, normalize_per_seed, seed_rows
-from rlx.stacked import stacked_model_cls
+from rlx.members import Members
+from rlx.members.optim import KERNEL_FLAGS, SeedAdam
 from rlx.yaml_types import config_to_dict
 
 if TYPE_CHECKING:
@@ -72,16 +71,17 @@ class Algorithm(ABC):
             )
         if config.seed is not None:
             torch.manual_seed(config.seed + self.rank)  # one seed stream per rank
-        # num_seeds = S: S * B sub-envs, rows i*B:(i+1)*B for seed i (rlx.seeds).
+        # num_seeds = S members: S * B sub-envs, rows i*B:(i+1)*B for member i (rlx.members).
         self.num_seeds = config.num_seeds
-        self.seeds = SeedGroup(self.num_seeds, self.device) if self.num_seeds > 1 else None
+        self.members = Members(self.num_seeds, self.device)
         self.num_envs, self.horizon = config.num_envs * self.num_seeds, config.horizon
         check_env_limits(env_cls, self.num_envs, self.horizon)
         self.env = env_cls(self.num_envs, self.horizon, device=self.device)
         model_cls, model_config = config.model_cls, config.model_config
-        if self.seeds is not None and config.model is None:
-            model_cls = model_cls or stacked_model_cls(self.policy_cls.default_model_cls)
-            model_config = {**(model_config or {}), "num_seeds": self.num_seeds, "seed": config.seed}
+        if config.model is None:
+            model_cls, model_config = self.members.model_cls_and_config(
+                model_cls, model_config, self.policy_cls.default_model_cls, config.seed
+            )
         self.policy = self.policy_cls(
             self.env.observation_spec,
             self.env.action_spec,
@@ -94,7 +94,7 @@ class Algorithm(ABC):
             obs_groups=config.obs_groups,
             num_seeds=self.num_seeds,
         )
-        if self.device.type == "cpu" and self.seeds is None:  # passes of rows would split the seeds unevenly
+        if self.device.type == "cpu" and self.members.can_cut_passes:
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
         act_fn, value_fn = self._rollout_fns()
         graphed = self.uses_cuda_graphs and self.device.type == "cuda" and env_is_graph_safe(self.env)
@@ -119,9 +119,7 @@ class Algorithm(ABC):
         )
         self._set_lr(self.lr_schedule.value(0))
         self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device, num_seeds=self.num_seeds)
-        # fp16 needs a loss scale, which S seeds would share (one seed's overflow would skip
-        # or rescale every seed's step); bf16 has float32's range and needs none.
-        self.amp_dtype = torch.float16 if self.device.type == "cuda" and self.seeds is None else torch.bfloat16
+        self.amp_dtype = self.members.amp_dtype(self.device)
         self.grad_scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.enable_amp and self.amp_dtype == torch.float16
         )
@@ -146,22 +144,17 @@ class Algorithm(ABC):
         return self.uses_cuda_graphs
 
     def _make_optimizer(self) -> torch.optim.Optimizer:
+        params, kwargs = self._optimized_parameters(), self._optimizer_kwargs()
         try:
-            if self.seeds is not None:  # each seed's optimizer state apart (rlx.seed_optim)
-                try:
-                    return seed_optimizer(self.config.optimizer_cls, self._optimized_parameters(), self.num_seeds,
-                                          self._optimizer_kwargs())
-                except ValueError as e:
-                    raise ConfigError(f"{type(self.config).__name__}.optimizer_config: {e}") from e
-            return self.config.optimizer_cls(self._optimized_parameters(), **self._optimizer_kwargs())
+            return self.members.optimizer(self.config.optimizer_cls, params, kwargs)
         except (ValueError, RuntimeError) as e:
-            if self._lr_tensor is None or isinstance(e, ConfigError):
-                raise
-            raise ConfigError(
-                f"{type(self.config).__name__}.optimizer_config: {self.config.optimizer_cls.__name__} "
-                f"{self.config.optimizer_kwargs} does not take the tensor learning rate that "
-                f"cudagraphs and target_kl_div need ({e})"
-            ) from e
+            where = f"{type(self.config).__name__}.optimizer_config"
+            if self._lr_tensor is not None and self.members.size == 1:
+                raise ConfigError(
+                    f"{where}: {self.config.optimizer_cls.__name__} {self.config.optimizer_kwargs} does not take the "
+                    f"tensor learning rate that cudagraphs and target_kl_div need ({e})"
+                ) from e
+            raise ConfigError(f"{where}: {e}") from e
 
     def _rollout_fns(self) -> tuple[ActFn | None, ValueFn | None]:
         """What the T loop calls to act and to value (``None``: the policy's own)."""
@@ -274,41 +267,19 @@ class Algorithm(ABC):
 
     # -- shared parts of step ------------------------------------------------------------
 
-    def _optimizer_step(self, params: list[torch.nn.Parameter]) -> None:
-        """Clip (after unscaling AMP gradients), step the optimizer, clear gradients."""
-        if self.seeds is not None:  # per seed: clip, KL gate, divergence, optimizer state
-            kl_stop = getattr(self, "kl_stop", None)
-            gate, running = (kl_stop.open, kl_stop.running) if kl_stop is not None else (None, None)
-            self.seeds.optimizer_step(self.optimizer, params, self.config.max_grad_norm, gate, running)
-            return
-        scaler = self.grad_scaler
-        rdist.all_reduce_grads_(params)  # data parallel: the gradient of the global batch
-        if self.config.max_grad_norm is not None:
-            scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(params, self.config.max_grad_norm, foreach=True)
-        scaler.step(self.optimizer)
-        scaler.update()
-        self.optimizer.zero_grad(set_to_none=True)
+    def _optimizer_step(self, params: list[torch.nn.Parameter], gate: Tensor | None = None,
+                        running: Tensor | None = None) -> None:
+        """Clip (after unscaling AMP gradients), step the optimizer, clear gradients: each
+        member apart (:meth:`rlx.members.Members.optimizer_step`)."""
+        lr = (self._lr_tensor, self._lr_applied) if self._lr_tensor is not None else None
+        self.members.optimizer_step(self.optimizer, params, max_grad_norm=self.config.max_grad_norm,
+                                    grad_scaler=self.grad_scaler, gate=gate, running=running, lr=lr)
 
     def _check_buffered(self) -> None:
         if not self._buffered:
             raise RuntimeError(
                 f"{type(self).__name__}.step() called with no fresh rollout: call collect() before step()"
             )
-
-    def _normalized_advantages(self, advantages: Tensor) -> Tensor:
-        """``(A - mean) / std`` with the mean and std of the batch on every rank (of each
-        seed's rows, with seeds)."""
-        if self.seeds is not None:
-            return normalize_per_seed(advantages, self.num_seeds, across_ranks=self.world_size > 1)
-        if self.world_size == 1:
-            std, mean = torch.std_mean(advantages, correction=0)
-        else:
-            a = advantages.double()
-            moments = rdist.all_reduce_(torch.stack([a.mean(), a.square().mean()]), "mean")
-            mean = moments[0]
-            std = (moments[1] - mean.square()).clamp(min=0).sqrt()
-        return ((advantages - mean) / (std + 1e-8)).to(advantages.dtype)
 
     def _compute_advantages(self) -> None:
         """GAE over the buffer, in place into ``advantages`` and ``returns`` (float32)."""
@@ -328,10 +299,8 @@ class Algorithm(ABC):
             advantages=buf.get(ADVANTAGES)[:, :T],
             returns=buf.get(RETURNS)[:, :T],
         )
-        if self.seeds is not None:  # a seed whose rollout holds NaN or inf diverged: freeze it before any update
-            finite = torch.isfinite(buf.get(ADVANTAGES)[:, :T]) & torch.isfinite(buf.get(RETURNS)[:, :T])
-            finite = seed_rows(finite, self.num_seeds).flatten(1).all(dim=1)
-            self.seeds.alive &= rdist.all_reduce_(finite.float(), "min") > 0  # frozen on every rank alike
+        # A member whose rollout holds NaN or inf diverged: frozen before any update.
+        self.members.freeze_nonfinite_(buf.get(ADVANTAGES)[:, :T], buf.get(RETURNS)[:, :T])
 
     def _flat_batch(self) -> dict[str, Obs]:
         """The ``N = B * T`` samples of the rollout as flat ``[N, ...]`` entries."""
@@ -389,7 +358,7 @@ class Algorithm(ABC):
             "reward_scaler": self.reward_scaler.state_dict(),
             "grad_scaler": self.grad_scaler.state_dict(),
             "counters": {"env_steps": self.env_steps, "num_collects": self.num_collects, "num_steps": self.num_steps},
-            **({"seeds": self.seeds.state_dict()} if self.seeds is not None else {}),
+            **self.members.state_dict(),
             **self.rollout.state_dict(),
             "rng": {"cpu": torch.get_rng_state()},
         }
@@ -414,8 +383,7 @@ class Algorithm(ABC):
                 group["lr"] = self._lr_applied
         self._set_lr(lr)
         self.grad_scaler.load_state_dict(state["grad_scaler"])
-        if self.seeds is not None:
-            self.seeds.load_state_dict(state["seeds"])
+        self.members.load_state_dict(state)
         counters = state["counters"]
         self.env_steps = counters["env_steps"]
         self.num_collects = counters["num_collects"]

@@ -39,23 +39,26 @@ EARLY_STOP_FACTOR = 1.5
 class KLEarlyStop:
     """The early stop of one PPO algorithm, on the device (see the module docstring).
 
+    Its tensors have the member axis's lead shape: 0-d for a single run, ``[S]`` for S
+    members (one decision each, judged on ``[S]`` KLs). The optimizer step applies
+    :attr:`open` (:meth:`rlx.members.Members.optimizer_step`): to a single run's tensor
+    LR, to each member's step factor.
+
     Args:
         target: ``target_kl_div``.
         device: Where the decision lives.
-        num_seeds: ``S > 1``: one decision per seed (``open`` and ``applied`` are ``[S]``,
-            judged on ``[S]`` KLs); the caller applies ``open`` to each seed's step.
+        shape: ``()``, or ``(S,)`` for S members.
     """
 
-    def __init__(self, target: float, device: torch.device, num_seeds: int = 1) -> None:
+    def __init__(self, target: float, device: torch.device, shape: tuple[int, ...] = ()) -> None:
         self.limit = EARLY_STOP_FACTOR * float(target)
-        shape = (num_seeds,) if num_seeds > 1 else ()
-        #: ``[]`` (``[S]``) 1.0 while optimizer steps apply, 0.0 once the stop triggered.
+        #: 1.0 while optimizer steps apply, 0.0 once the stop triggered.
         self.open = torch.ones(shape, device=device)
-        #: ``[]`` (``[S]``) optimizer steps applied (with a nonzero LR) in this ``step()``.
+        #: Optimizer steps applied (with a nonzero LR) in this ``step()``.
         self.applied = torch.zeros(shape, device=device)
-        #: ``[]`` (``[S]``) ``open`` as the current epoch began: with seeds, those whose
-        #: optimizer state still advances (a stopped seed rides along through the epochs
-        #: the others run, but a single-seed run would have ended).
+        #: ``open`` as the current epoch began: with S members, those whose optimizer
+        #: state still advances (a stopped member rides along through the epochs the
+        #: others run, where a single run would have ended).
         self.running = torch.ones(shape, device=device)
 
     def begin(self) -> None:
@@ -67,23 +70,18 @@ class KLEarlyStop:
         """Start an epoch; returns :attr:`running` (in place: a captured update reads it)."""
         return self.running.copy_(self.open)
 
-    def gate(self, kl: Tensor, lr: Tensor | None, lr_applied: Tensor | None, active: Tensor | None = None) -> None:
-        """Judge the optimizer step about to run on its ``[]`` KL, and write the learning
-        rate it applies (``lr``, or 0 from the first step judged above the limit on)
-        into ``lr_applied``. With seeds, ``active`` (``[S]``) leaves the frozen seeds'
-        steps out of :attr:`applied`."""
+    def gate(self, kl: Tensor, active: Tensor) -> Tensor:
+        """Judge the optimizer step about to run on its KL: closes :attr:`open` from the
+        first step judged above the limit on, and counts the steps that apply (of the
+        ``active`` members: a frozen one's steps move nothing). Returns :attr:`open`."""
         self.open.mul_(kl <= self.limit)
-        if lr is not None:
-            torch.mul(lr, self.open, out=lr_applied)
-        self.applied.add_(self.open if active is None else self.open * active)
+        self.applied.add_(self.open * active)
+        return self.open
 
-    def stopped(self, active: Tensor | None = None) -> Tensor:
-        """``[]`` bool: the stop triggered in this ``step()`` (with seeds: for every seed
-        still ``active``; a frozen seed's KL stays 0 and would never stop the update)."""
-        closed = self.open == 0
-        if active is not None:
-            closed = closed | (active == 0)
-        return closed.all()
+    def stopped(self, active: Tensor) -> Tensor:
+        """``[]`` bool: the stop triggered in this ``step()`` for every member still
+        ``active`` (a frozen member's KL stays 0 and would never stop the update)."""
+        return ((self.open == 0) | (active == 0)).all()
 
 
 def adapted_lr(lr: float, kl: float, target: float, bounds: tuple[float, float]) -> float:

@@ -18,11 +18,12 @@ The natural step runs in float32 (or the model's dtype) even with ``enable_amp``
 applies to the critic regression only. No host sync happens before the single transfer
 of the step's statistics.
 
-With ``num_seeds = S`` (:mod:`rlx.seeds`) the actor's flat vector is ``[S, P]``, one row
-per seed: the surrogate is the sum of each seed's mean, so its gradient is each seed's
-own; the Fisher of that sum is block-diagonal, so one Fisher-vector product serves all
-seeds and conjugate gradient runs row by row (every dot product, step length and
-line-search choice per seed). A seed whose step is not finite is frozen where it was.
+The actor's flat vector is ``[S, P]``, one row per member (:mod:`rlx.members`; a single
+run is ``[1, P]``): the surrogate is the sum of each member's mean, so its gradient is
+each member's own; the Fisher of that sum is block-diagonal, so one Fisher-vector product
+serves all members and conjugate gradient runs row by row (every dot product, step
+length and line-search choice per member). With S > 1 a member whose step is not finite
+is frozen where it was.
 """
 
 from __future__ import annotations
@@ -42,7 +43,6 @@ from rlx.distributions import Distribution
 from rlx.env import OBS
 from rlx.natural_gradient import conjugate_gradient, gauss_newton_fvp, kl_hessian_fvp, row_dot
 from rlx.policy import Obs
-from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation, seed_means
 from rlx.stats import Stats
 
 if TYPE_CHECKING:
@@ -97,10 +97,10 @@ def _has_analytic_fisher(dist: Distribution) -> bool:
     return type(dist).fisher_product is not Distribution.fisher_product
 
 
-def surrogate_of(dist: Distribution, samples: Samples, num_seeds: int = 1) -> Tensor:
-    """``mean(exp(logp - logp_old) A)`` of ``dist`` on ``samples``: 0-d, or ``[S]``, each
-    seed's mean, for ``num_seeds = S > 1`` seed-major rows."""
-    return seed_means(num_seeds)(torch.exp(dist.log_prob(samples.actions) - samples.old_logp) * samples.advantages)
+def surrogate_of(dist: Distribution, samples: Samples, mean: Callable[[Tensor], Tensor]) -> Tensor:
+    """``mean(exp(logp - logp_old) A)`` of ``dist`` on ``samples``, reduced by ``mean``
+    (each member's, ``[S]``)."""
+    return mean(torch.exp(dist.log_prob(samples.actions) - samples.old_logp) * samples.advantages)
 
 
 class Samples(NamedTuple):
@@ -119,7 +119,7 @@ class Samples(NamedTuple):
 class NaturalStep(NamedTuple):
     """What one natural step did, as 0-d tensors on the device."""
 
-    # 0-d each, or [S] with seeds.
+    # [S] each: every member's.
     policy_loss: Tensor  #: minus the surrogate after the step
     entropy_loss: Tensor  #: minus the mean entropy before the step
     kl: Tensor  #: mean KL(old || new) on the batch, after the step
@@ -139,28 +139,27 @@ class NPG(Algorithm):
         self._actor_view = _ActorView(self.policy.model)
         names = {id(p): f"model.{n}" for n, p in self.policy.model.named_parameters()}
         self._actor_names = [names[id(p)] for p in self.actor_params]
-        # With seeds the flat vector is [S, P]: each parameter's seed slice, flattened, per row.
-        lead = 1 if self.seeds is not None else 0
+        # The flat vector is [S, P]: each parameter's member slice, flattened, per row (a
+        # single run's parameters have no member dim).
+        lead = len(self.members.lead)
         self._actor_shapes = [p.shape[lead:] for p in self.actor_params]
         self._actor_sizes = [p.shape[lead:].numel() for p in self.actor_params]
 
     def _optimized_parameters(self) -> list[nn.Parameter]:
-        sample = self.env.observation_spec.rand((2 * self.num_seeds,)).to(self.device)  # whole seeds
+        sample = self.env.observation_spec.rand((2 * self.num_seeds,)).to(self.device)  # whole members
         self.actor_params, self.critic_params = split_actor_critic(self.policy.model, self.policy.normalize(sample))
         return self.critic_params
 
     # -- flat parameter vectors ------------------------------------------------------------
 
     def _flat_actor(self) -> Tensor:
-        """``[P]``, or ``[S, P]`` with seeds."""
-        if self.seeds is not None:
-            return torch.cat([p.detach().reshape(self.num_seeds, -1) for p in self.actor_params], dim=1)
-        return torch.cat([p.detach().reshape(-1) for p in self.actor_params])
+        """``[S, P]``."""
+        return torch.cat([p.detach().reshape(self.num_seeds, -1) for p in self.actor_params], dim=1)
 
     def _unflatten(self, theta: Tensor) -> dict[str, Tensor]:
+        """``[S, P]`` -> the actor's parameters (a single run's without the member dim)."""
         chunks = torch.split(theta, self._actor_sizes, dim=-1)
-        lead = theta.shape[:-1]  # (S,) with seeds
-        return {n: c.reshape(*lead, *s) for n, c, s in zip(self._actor_names, chunks, self._actor_shapes)}
+        return {n: c.reshape(*self.members.lead, *s) for n, c, s in zip(self._actor_names, chunks, self._actor_shapes)}
 
     def _dist(self, theta: Tensor, samples: Samples) -> Distribution:
         """The action distribution of actor parameters ``theta`` on ``samples``."""
@@ -168,12 +167,11 @@ class NPG(Algorithm):
         return self.policy.distribution(params, samples.obs)
 
     def _surrogates(self, theta: Tensor, samples: Samples) -> Tensor:
-        """``mean(exp(logp_θ - logp_old) A)``: the objective the step ascends (0-d, or
-        ``[S]`` with seeds)."""
-        return surrogate_of(self._dist(theta, samples), samples, self.num_seeds)
+        """``[S]`` ``mean(exp(logp_θ - logp_old) A)``: the objective each member's step ascends."""
+        return surrogate_of(self._dist(theta, samples), samples, self.members.mean_each)
 
     def _surrogate(self, theta: Tensor, samples: Samples) -> Tensor:
-        """0-d: the surrogate, or with seeds the sum of theirs (whose gradient is each seed's own)."""
+        """0-d: the sum of the members' surrogates (whose gradient is each member's own)."""
         return self._surrogates(theta, samples).sum()
 
     # -- the step ------------------------------------------------------------------------
@@ -199,22 +197,21 @@ class NPG(Algorithm):
         batch = self._flat_batch()
         advantages = batch[ADVANTAGES]
         if self.config.normalize_advantages:
-            advantages = self._normalized_advantages(advantages)
+            advantages = self.members.normalize(advantages)
         lr = self.lr
         samples = Samples(self.policy.normalize(batch[OBS]), batch[OBS], batch[ACTIONS], batch[LOGP], advantages)
-        actor = self._natural_step(samples)
+        actor = self.natural_step(samples)
         vf_loss = self._fit_critic(samples.obs_normalized, batch[RETURNS])
         self._finish_step()
         stats = Stats()
-        add = SeedStats(stats, self.num_seeds).add if self.seeds is not None else stats.add
+        add, lead = self.members.stats(stats), self.members.lead
         for name, value in (("losses/policy", actor.policy_loss), ("losses/vf", vf_loss),
                             ("losses/entropy", actor.entropy_loss), ("losses/total", actor.policy_loss + vf_loss),
                             ("monitors/kl_div", actor.kl), ("npg/step_size", actor.step_size),
                             ("npg/cg_residual", actor.cg_residual), ("npg/surrogate_gain", actor.surrogate_gain),
                             ("npg/line_search_backtracks", actor.backtracks)):
-            add(name, value.float())
-        if self.seeds is not None:
-            self.seeds.add_activity(stats)
+            add(name, value.float().reshape(lead))  # [S]: a single run's as 0-d
+        self.members.add_activity(stats)
         stats.add("params/finite", self._params_finite(), "min")
         host = stats.to_host()  # SYNC: the stats of step()
         out = {**{k: v for k, v in host.items() if k != "params/finite"}, "monitors/lr": lr,
@@ -222,59 +219,46 @@ class NPG(Algorithm):
         self._check_params_finite(host, out)
         return out
 
-    def _natural_step(self, samples: Samples) -> NaturalStep:
-        """``θ += step · (F + λ I)⁻¹ g`` on the actor, with ``g`` from the whole batch and
-        ``F`` from the FVP subsample; with ``line_search``, TRPO's backtracking."""
+    def natural_step(self, samples: Samples) -> NaturalStep:
+        """``θ += step · (F + λ I)⁻¹ g`` on the actor, each member's row of ``[S, P]``, with
+        ``g`` from the whole batch and ``F`` from the FVP subsample; with ``line_search``,
+        TRPO's backtracking. Moves the actor's parameters and returns what the step did."""
         cfg = self.config
-        theta0 = self._flat_actor()  # [P], or [S, P]
+        theta0 = self._flat_actor()  # [S, P]
         with torch.no_grad():  # detached: never a live graph
             old_params = functional_call(self._actor_view, self._unflatten(theta0), (samples.obs_normalized,))
         old_dist = self.policy.distribution(old_params, samples.obs)
-        g = grad(self._surrogate)(theta0, samples)  # [P] ([S, P]), whole batch
+        g = grad(self._surrogate)(theta0, samples)  # [S, P], whole batch
         rdist.all_reduce_(g, "mean")  # data parallel: the gradient of the global batch
         sub, sub_old_dist = self._fvp_subsample(samples, old_params, old_dist)
         fvp = self._fisher_vector_product(theta0, sub, sub_old_dist)
         cg = conjugate_gradient(fvp, g, iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
-        scale = self._step_scale(cg.x, fvp)
+        scale = self._step_scale(cg.x, fvp)  # [S, 1]
         if cfg.line_search:
             theta_new, step_size, backtracks = self._line_search(theta0, cg.x, scale, sub, sub_old_dist)
         else:
-            theta_new, step_size, backtracks = theta0 + scale * cg.x, scale, torch.zeros_like(scale)
-            if self.seeds is not None:
-                step_size, backtracks = step_size.squeeze(-1), backtracks.squeeze(-1)
-        if self.seeds is not None:
-            theta_new, step_size = self._gate_seeds(theta0, theta_new, step_size)
-        S = self.num_seeds
+            theta_new, step_size, backtracks = theta0 + scale * cg.x, scale.squeeze(-1), torch.zeros_like(scale.squeeze(-1))
+        theta_new, moved = self.members.keep_finite_(theta0, theta_new)
+        step_size = torch.where(moved, step_size, 0.0)
+        mean = self.members.mean_each
         with torch.no_grad():
             for p, chunk in zip(self.actor_params, torch.split(theta_new, self._actor_sizes, dim=-1)):
                 p.copy_(chunk.reshape(p.shape))
             new_dist = self._dist(theta_new, samples)
-            surr_old, surr_new = surrogate_of(old_dist, samples, S), surrogate_of(new_dist, samples, S)
+            surr_old, surr_new = surrogate_of(old_dist, samples, mean), surrogate_of(new_dist, samples, mean)
             return NaturalStep(
-                -surr_new, -seed_means(S)(old_dist.entropy()), seed_means(S)(old_dist.kl(new_dist)), step_size,
+                -surr_new, -mean(old_dist.entropy()), mean(old_dist.kl(new_dist)), step_size,
                 cg.residual_norm, surr_new - surr_old, backtracks,
             )
 
-    def _gate_seeds(self, theta0: Tensor, theta_new: Tensor, step_size: Tensor) -> tuple[Tensor, Tensor]:
-        """Keep each seed's step only while it is active; a seed whose step is not finite
-        diverged and stays where it was for good (the others are untouched)."""
-        seeds = self.seeds
-        seeds.alive &= torch.isfinite(theta_new).all(dim=1)
-        keep = seeds.active() > 0
-        return torch.where(keep.unsqueeze(1), theta_new, theta0), torch.where(keep, step_size, 0.0)
-
     def _fvp_subsample(self, samples: Samples, old_params: Tensor, old_dist: Distribution) -> tuple[Samples, Distribution]:
-        """A random ``fvp_batch_size`` subsample for Fisher-vector products and the line
-        search, and the old distribution on it (from the ``[N, K]`` old parameters)."""
+        """A random ``fvp_batch_size`` subsample of every member's rows for Fisher-vector
+        products and the line search, and the old distribution on it (from the ``[N, K]``
+        old parameters)."""
         N, n = samples.advantages.shape[0], self.config.fvp_batch_size
         if n * self.num_seeds >= N:
             return samples, old_dist
-        if self.seeds is not None:  # n random rows of every seed, seed-major
-            S = self.num_seeds
-            order = torch.rand(S, N // S, device=self.device).argsort(dim=1)[:, :n]
-            idx = (order + torch.arange(S, device=self.device).unsqueeze(1) * (N // S)).reshape(-1)
-        else:
-            idx = torch.randperm(N, device=self.device)[:n]
+        idx = self.members.subsample(N // self.num_seeds, n)
         sub = samples.select(idx)
         return sub, self.policy.distribution(old_params[idx], sub.obs)
 
@@ -289,13 +273,12 @@ class NPG(Algorithm):
             return functional_call(self._actor_view, self._unflatten(theta), (sub.obs_normalized,))
 
         if _has_analytic_fisher(sub_old_dist):
-            # gauss_newton_fvp divides by all S * n rows; each seed's Fisher is over its n.
-            fisher = sub_old_dist.fisher_product if S == 1 else (lambda u: S * sub_old_dist.fisher_product(u))
-            fvp = gauss_newton_fvp(params_fn, theta0, fisher, damping=damping)
+            # gauss_newton_fvp divides by all S * n rows; each member's Fisher is over its n.
+            fvp = gauss_newton_fvp(params_fn, theta0, lambda u: S * sub_old_dist.fisher_product(u), damping=damping)
         else:
 
             def mean_kl(theta: Tensor) -> Tensor:
-                return seed_means(S)(sub_old_dist.kl(self.policy.distribution(params_fn(theta), sub.obs))).sum()
+                return self.members.mean_each(sub_old_dist.kl(self.policy.distribution(params_fn(theta), sub.obs))).sum()
 
             fvp = kl_hessian_fvp(mean_kl, theta0, damping=damping)
         if self.world_size == 1:
@@ -306,8 +289,8 @@ class NPG(Algorithm):
         """The multiplier of the CG direction ``x``: ``sqrt(2δ / xᵀ(F + λ I)x)`` (``"kl"``;
         0 for a direction of no curvature) or ``trust_region_size`` (``"fixed"``)."""
         cfg = self.config
-        if cfg.step_size_rule != "kl":  # 0-d, or [S, 1] with seeds
-            return torch.full(x.shape[:-1] + (1,) * (x.dim() - 1), cfg.trust_region_size, device=x.device, dtype=x.dtype)
+        if cfg.step_size_rule != "kl":  # [S, 1]
+            return torch.full((x.shape[0], 1), cfg.trust_region_size, device=x.device, dtype=x.dtype)
         xAx = row_dot(x, fvp(x))
         zero = torch.zeros((), device=x.device, dtype=x.dtype)
         return torch.where(xAx > 0, torch.sqrt(2.0 * cfg.max_kl / torch.where(xAx > 0, xAx, 1.0)), zero)
@@ -315,51 +298,26 @@ class NPG(Algorithm):
     def _line_search(
         self, theta0: Tensor, direction: Tensor, scale: Tensor, sub: Samples, sub_old_dist: Distribution
     ) -> tuple[Tensor, Tensor, Tensor]:
-        """TRPO's backtracking: the largest of ``scale · backtrack_coeff^k · direction`` whose
-        KL is within ``max_kl`` and whose surrogate improves, all candidates evaluated in
-        one ``vmap``-ed pass and chosen on the device (every rank chooses alike).
+        """TRPO's backtracking: for each member, the largest of ``scale · backtrack_coeff^k ·
+        direction`` whose KL is within ``max_kl`` and whose surrogate improves on its own
+        rows, all candidates of all members evaluated in one ``vmap``-ed pass and chosen
+        on the device (every rank chooses alike).
+
+        Args:
+            theta0, direction: ``[S, P]``.
+            scale: ``[S, 1]``.
 
         Returns:
-            ``(theta_new, step_size, backtracks)``: ``theta0`` itself, 0 and -1 when every
-            candidate is rejected. With seeds, each seed chooses its own (``[S, P]``, ``[S]``, ``[S]``).
+            ``(theta_new [S, P], step_size [S], backtracks [S])``: ``theta0`` itself, 0 and
+            -1 for a member whose every candidate is rejected.
         """
-        cfg = self.config
-        coeffs = cfg.backtrack_coeff ** torch.arange(cfg.max_backtracks + 1, device=theta0.device, dtype=theta0.dtype)
-        S = self.num_seeds
-        if S > 1:
-            return self._line_search_seeds(theta0, direction, coeffs.view(-1, 1, 1) * scale, sub, sub_old_dist)
-        scales = scale * coeffs  # [C]
-        candidates = theta0 + scales.unsqueeze(1) * direction  # [C, P]
-
-        def evaluate(theta: Tensor) -> tuple[Tensor, Tensor]:
-            return self._surrogate(theta, sub), sub_old_dist.kl(self._dist(theta, sub)).mean()
-
-        with torch.no_grad():
-            surr0 = self._surrogate(theta0, sub)
-            surr_c, kl_c = vmap(evaluate)(candidates)  # [C] each, one batched pass
-            C = len(surr_c)
-            reduced = rdist.all_reduce_(torch.cat([surr_c, kl_c, surr0.view(1)]), "mean")  # global surrogates and KLs
-            surr_c, kl_c, surr0 = reduced[:C], reduced[C:-1], reduced[-1]
-        ok = (kl_c <= cfg.max_kl) & (surr_c > surr0) & torch.isfinite(surr_c)
-        first = torch.argmax(ok.to(torch.int8)).view(1)  # the largest acceptable step
-        accepted = ok.any()
-        zero = torch.zeros((), device=theta0.device, dtype=theta0.dtype)
-        # torch.where returns theta0's own values when rejected: bit-exact restore.
-        theta_new = torch.where(accepted, candidates.index_select(0, first).squeeze(0), theta0)
-        step_size = torch.where(accepted, scales.index_select(0, first).squeeze(0), zero)
-        backtracks = torch.where(accepted, first.squeeze(0).to(theta0.dtype), -torch.ones_like(zero))
-        return theta_new, step_size, backtracks
-
-    def _line_search_seeds(
-        self, theta0: Tensor, direction: Tensor, scales: Tensor, sub: Samples, sub_old_dist: Distribution
-    ) -> tuple[Tensor, Tensor, Tensor]:
-        """:meth:`_line_search` for ``[S, P]`` seeds: ``scales`` is ``[C, S, 1]``, and each
-        seed takes the largest of its candidates that passes on its own rows."""
         cfg, S = self.config, self.num_seeds
+        coeffs = cfg.backtrack_coeff ** torch.arange(cfg.max_backtracks + 1, device=theta0.device, dtype=theta0.dtype)
+        scales = coeffs.view(-1, 1, 1) * scale  # [C, S, 1]
         candidates = theta0 + scales * direction  # [C, S, P]
 
         def evaluate(theta: Tensor) -> tuple[Tensor, Tensor]:
-            return self._surrogates(theta, sub), seed_means(S)(sub_old_dist.kl(self._dist(theta, sub)))
+            return self._surrogates(theta, sub), self.members.mean_each(sub_old_dist.kl(self._dist(theta, sub)))
 
         with torch.no_grad():
             surr0 = self._surrogates(theta0, sub)  # [S]
@@ -369,55 +327,34 @@ class NPG(Algorithm):
                 C = surr_c.shape[0]
                 surr_c, kl_c, surr0 = reduced[:C], reduced[C : 2 * C], reduced[-1]
         ok = (kl_c <= cfg.max_kl) & (surr_c > surr0) & torch.isfinite(surr_c)
-        first = torch.argmax(ok.to(torch.int8), dim=0)  # [S]: each seed's largest acceptable step
+        first = torch.argmax(ok.to(torch.int8), dim=0)  # [S]: each member's largest acceptable step
         accepted = ok.any(dim=0)
         chosen = candidates.gather(0, first.view(1, S, 1).expand(1, S, candidates.shape[-1])).squeeze(0)
+        # torch.where returns theta0's own values when rejected: bit-exact restore.
         theta_new = torch.where(accepted.unsqueeze(1), chosen, theta0)
         step_size = torch.where(accepted, scales.squeeze(-1).gather(0, first.view(1, S)).squeeze(0), 0.0)
         backtracks = torch.where(accepted, first.to(theta0.dtype), -1.0)
         return theta_new, step_size, backtracks
 
     def _fit_critic(self, obs_normalized: Obs, returns: Tensor) -> Tensor:
-        """Regress the critic on the λ-returns; the mean loss over minibatches (0-d)."""
-        cfg = self.config
-        N = returns.shape[0]
-        M = cfg.critic_minibatch_size or N
+        """Regress the critic on the λ-returns: each minibatch holds ``critic_minibatch_size``
+        rows of every member (the whole buffer by default), the loss is the sum of each
+        member's mean, and each member's optimizer step is clipped and gated on its own.
+        Returns each member's mean loss over the minibatches, ``[S]``."""
+        cfg, members = self.config, self.members
+        n = returns.shape[0] // self.num_seeds
+        m = cfg.critic_minibatch_size or n
         value_fn = getattr(self.policy.model, "value", None) or (lambda o: self.policy.model(o)[1])
-        if self.seeds is not None:
-            return self._fit_critic_seeds(obs_normalized, returns, value_fn)
-        total = torch.zeros((), device=self.device)
+        total = torch.zeros(self.num_seeds, device=self.device)
         count = 0
         for _ in range(cfg.optim_critic_iters):
-            index = torch.randperm(N, device=self.device)
-            for lo in range(0, N, M):
-                mb = index[lo : lo + M]
-                with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
-                    values = value_fn(obs_normalized[mb])
-                loss = 0.5 * (values.float() - returns[mb]).square().mean()
-                self.grad_scaler.scale(loss).backward()
-                self._optimizer_step(self.critic_params)
-                total = total + loss.detach()
-                count += 1
-        return total / count
-
-    def _fit_critic_seeds(self, obs_normalized: Obs, returns: Tensor, value_fn) -> Tensor:
-        """:meth:`_fit_critic` for S seeds: each minibatch holds ``critic_minibatch_size``
-        rows of every seed (the whole buffer by default), the loss is the sum of each
-        seed's mean, and each seed's optimizer step is clipped and gated on its own.
-        Returns each seed's mean loss, ``[S]``."""
-        cfg, S = self.config, self.num_seeds
-        n = returns.shape[0] // S
-        m = min(cfg.critic_minibatch_size or n, n)
-        total = torch.zeros(S, device=self.device)
-        count = 0
-        for _ in range(cfg.optim_critic_iters):
-            index, bounds = seed_major_permutation(S, n, m, device=self.device)
-            for lo, rows in bounds:
+            index = members.epoch_order(n, m, shuffle=True)
+            for lo, rows in members.minibatch_bounds(n, m):
                 mb = index[lo : lo + rows]
                 with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
                     values = value_fn(obs_normalized[mb])
-                loss = 0.5 * per_seed_mean((values.float() - returns[mb]).square(), S)
-                loss.sum().backward()
+                loss = 0.5 * members.mean_each((values.float() - returns[mb]).square())
+                self.grad_scaler.scale(loss.sum()).backward()
                 self._optimizer_step(self.critic_params)
                 total = total + loss.detach()
                 count += 1

@@ -26,7 +26,7 @@ from rlx.cuda_graphs import GraphedCall
 from rlx.policy import EvalOutput, Obs
 from rlx.rollout import ActFn, ValueFn
 from rlx.schedulers import Schedule
-from rlx.seeds import SeedStats, per_seed_mean, seed_major_permutation, seed_means, seed_minibatch_bounds
+from rlx.members.ops import seed_means
 from rlx.stats import Stats
 
 if TYPE_CHECKING:
@@ -162,14 +162,14 @@ class PPO(Algorithm):
         self.update_graph: GraphedCall[Tensor] | None = None
         self.kl_stop = None
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
-            self.kl_stop = KLEarlyStop(config.target_kl_div, self.device, self.num_seeds)
+            self.kl_stop = KLEarlyStop(config.target_kl_div, self.device, self.members.lead)
         self._loss_fn = self._losses
         if config.compile:
             if not isinstance(self.env.observation_spec.zero(), Tensor):
                 raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
-            # With seeds, static shapes: a minibatch has at most two sizes, and inductor
-            # (torch 2.13) fails on the per-seed means under dynamic shapes.
-            self._loss_fn = torch.compile(self._losses, dynamic=False if self.seeds is not None else None)
+            # With S members, static shapes: a minibatch has at most two sizes, and inductor
+            # (torch 2.13) fails on the per-member means under dynamic shapes.
+            self._loss_fn = torch.compile(self._losses, dynamic=None if self.members.size == 1 else False)
         if config.cudagraphs:
             if self.device.type != "cuda":
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
@@ -182,9 +182,9 @@ class PPO(Algorithm):
 
     @property
     def needs_tensor_lr(self) -> bool:
-        # The KL early stop gates the LR on the device (with seeds: each seed's step instead).
-        kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr and self.config.num_seeds == 1
-        return self.config.cudagraphs or kl_stop
+        # A single run's KL early stop gates its LR on the device (S members: each one's step).
+        kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr
+        return self.config.cudagraphs or (kl_stop and self.config.num_seeds == 1)
 
     def _rollout_fns(self) -> tuple[ActFn | None, ValueFn | None]:
         if not self.config.compile:
@@ -200,24 +200,17 @@ class PPO(Algorithm):
     def _micro_batch_units(self) -> int:
         """Units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
         micro = self.config.micro_batch_size
-        if self.config.num_seeds > 1:
-            return sys.maxsize  # passes of rows would split the seeds unevenly
+        if not self.members.can_cut_passes:
+            return sys.maxsize
         if micro is None:
             micro = default_cpu_micro_batch_size(self.policy.model) if self.device.type == "cpu" else 0
         return max(1, micro // self.minibatches.unit_samples) if micro else sys.maxsize
 
-    def _seed_minibatch_units(self, units_per_seed: int) -> int:
-        """Units of each seed in a minibatch (with seeds, ``minibatch_size`` is per seed)."""
-        return min(self.config.minibatch_size // self.minibatches.unit_samples, units_per_seed)
-
-    def _minibatch_bounds(self) -> list[tuple[int, int]]:
-        """``(first unit, units)`` of each minibatch of an epoch."""
-        if self.seeds is not None:  # S * m units each, m of every seed (rlx.seeds)
-            n = self.minibatches.num_units(self.config.num_envs, self.horizon)
-            return seed_minibatch_bounds(self.num_seeds, n, self._seed_minibatch_units(n))
-        n = self.minibatches.num_units(self.num_envs, self.horizon)
-        m = self.config.minibatch_size // self.minibatches.unit_samples
-        return [(start, min(m, n - start)) for start in range(0, n, m)]
+    def minibatch_bounds(self) -> list[tuple[int, int]]:
+        """``(first unit, units)`` of each minibatch of an epoch: ``minibatch_size`` samples
+        of every member each (the last minibatch gets the rest)."""
+        units = self.minibatches.num_units(self.config.num_envs, self.horizon)  # per member
+        return self.members.minibatch_bounds(units, self.config.minibatch_size // self.minibatches.unit_samples)
 
     def step(self) -> dict[str, float]:
         """Run the PPO epochs over the collected rollout.
@@ -240,7 +233,7 @@ class PPO(Algorithm):
         start = time.perf_counter()
         cfg = self.config
         self._compute_advantages()
-        normalize = self._normalized_advantages if cfg.normalize_advantages else None
+        normalize = self.members.normalize if cfg.normalize_advantages else None
         batch = self.minibatches.batch(self.buffer, self.horizon, normalize)
         lr, entropy_coeff = self.lr, self._entropy_coeff_value
         stats, epochs_run = self._run_epochs(batch)
@@ -248,18 +241,14 @@ class PPO(Algorithm):
         self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
         self.entropy_coeff.fill_(self._entropy_coeff_value)
         host = stats.to_host()  # SYNC: the stats of step()
-        seed_lrs = {}
-        if self.seeds is not None:  # each seed's LR: the base LR times its own factor
-            seed_lrs = {f"seed{i}/monitors/lr": lr * f for i, f in enumerate(self.seeds.lr_factors())}
-        if cfg.kl_adaptive_lr and self.seeds is not None:  # each seed on its own KL
-            bounds = cfg.kl_adaptive_lr_bounds
-            self.seeds.set_lr_factors([adapted_lr(seed_lrs[f"seed{i}/monitors/lr"], host[f"seed{i}/monitors/kl_div"],
-                                                  cfg.target_kl_div, bounds) / lr for i in range(self.num_seeds)])
-        elif cfg.kl_adaptive_lr:  # on the KL this update reached, already on the host
-            self._set_lr(adapted_lr(lr, host["monitors/kl_div"], cfg.target_kl_div, cfg.kl_adaptive_lr_bounds))
+        member_lrs = self.members.learning_rates(lr)
+        if cfg.kl_adaptive_lr:  # each member on the KL its update reached, already on the host
+            kls = self.members.host_values(host, "monitors/kl_div")
+            adapted = [adapted_lr(m_lr, kl, cfg.target_kl_div, cfg.kl_adaptive_lr_bounds) for m_lr, kl in zip(member_lrs, kls)]
+            self._set_lr(self.members.set_learning_rates(lr, adapted))
         out = {
             **{k: v for k, v in host.items() if k != "params/finite"},
-            **seed_lrs,
+            **self.members.host_dict("monitors/lr", member_lrs),
             "monitors/sgd_epochs": float(epochs_run),
             "monitors/lr": host.get("monitors/lr", lr),
             "coefficients/entropy": entropy_coeff,
@@ -272,22 +261,21 @@ class PPO(Algorithm):
     def _run_epochs(self, batch: Batch) -> tuple[Stats, int]:
         """The epochs of minibatch updates: their statistics (on the device) and the
         number of epochs run."""
-        cfg, control = self.config, self.kl_stop
-        bounds = self._minibatch_bounds()
+        cfg, control, members = self.config, self.kl_stop, self.members
+        bounds = self.minibatch_bounds()
         num_minibatches, N = len(bounds), sum(size for _, size in bounds)
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        seeds = (self.num_seeds,) if self.seeds is not None else ()  # with seeds, every stat is [S]
-        sums = torch.zeros(len(self.loss_fields._fields), *seeds, device=self.device)  # in loss_fields' order
+        sums = torch.zeros(len(self.loss_fields._fields), *members.lead, device=self.device)  # in loss_fields' order
         kl_index = self._kl_index
-        kl_max = torch.zeros(seeds, device=self.device)
+        kl_max = torch.zeros(members.lead, device=self.device)
         if control is not None:
             control.begin()
         epochs_run = 0
-        # With seeds and the KL early stop, a seed's statistics cover the epochs it ran in a
-        # single-seed run: those it was still open at the start of.
-        seed_epochs = torch.zeros(seeds, device=self.device) if seeds and control is not None else None
+        # A member's statistics cover the epochs a run of its own would have run: those
+        # it was still open at the start of (the KL early stop ends them member by member).
+        member_epochs = torch.zeros(members.lead, device=self.device)
         for _ in range(cfg.num_sgd_iters):
-            running = control.start_epoch() if control is not None else None
+            running = control.start_epoch() if control is not None else members.active().new_ones(members.lead)
             epoch = self._epoch(batch, N, num_minibatches)
             kl_so_far = torch.zeros((), device=self.device)  # with accumulation: the epoch's weighted KL
             for k, (lo, size) in enumerate(bounds):
@@ -301,30 +289,22 @@ class PPO(Algorithm):
                     step_now = not cfg.accumulate_grads or k == num_minibatches - 1
                     losses = self._update(mb, params, weight=weight, step=step_now, kl_so_far=kl_so_far)
                     kl_so_far = kl_so_far + weight * losses[kl_index] if cfg.accumulate_grads else kl_so_far
-                if seed_epochs is not None:
-                    sums += losses * running
-                    torch.where(running > 0, torch.maximum(kl_max, losses[kl_index]), kl_max, out=kl_max)
-                else:
-                    sums += losses
-                    torch.maximum(kl_max, losses[kl_index], out=kl_max)
+                sums += losses * running
+                torch.where(running > 0, torch.maximum(kl_max, losses[kl_index]), kl_max, out=kl_max)
             epochs_run += 1
-            if seed_epochs is not None:
-                seed_epochs += running
+            member_epochs += running
             if control is not None:
-                active = self.seeds.active() if self.seeds is not None else None
                 with allowed_sync():
-                    if control.stopped(active).item():  # SYNC: one per epoch, the KL early stop
+                    if control.stopped(members.active()).item():  # SYNC: one per epoch, the KL early stop
                         break
-        epochs = seed_epochs.clamp(min=1) if seed_epochs is not None else epochs_run
-        means = self.loss_fields(*(sums / (epochs * num_minibatches)).unbind())
+        means = self.loss_fields(*(sums / (member_epochs.clamp(min=1) * num_minibatches)).unbind())
         return self._step_stats(means, batch, kl_max), epochs_run
 
     def _step_stats(self, means: tuple, batch: Batch, kl_max: Tensor) -> Stats:
-        """``step()``'s statistics by name, on the device (with seeds: ``seed{i}/...`` for
-        each, and their mean under the plain name)."""
+        """``step()``'s statistics by name, on the device (with S members: ``seed{i}/...``
+        for each, and their mean under the plain name)."""
         stats = Stats()
-        per_seed = SeedStats(stats, self.num_seeds) if self.seeds is not None else None
-        add = per_seed.add if per_seed is not None else stats.add
+        add = self.members.stats(stats)
         for field, value in means._asdict().items():
             if field in LOSS_STATS:
                 add(LOSS_STATS[field], value)
@@ -336,8 +316,7 @@ class PPO(Algorithm):
             add("monitors/optimizer_steps", control.applied)
             if self._lr_applied is not None:
                 self._lr_applied.copy_(self._lr_tensor)  # the groups hold the base LR between steps
-        if self.seeds is not None:
-            self.seeds.add_activity(stats)
+        self.members.add_activity(stats)
         if self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
             stats.add("monitors/lr", self._lr_tensor.clone())
         stats.add("params/finite", self._params_finite(), "min")
@@ -345,34 +324,29 @@ class PPO(Algorithm):
 
     @torch.no_grad()
     def _kl_after_update(self, batch: Batch) -> Tensor:
-        """``[]``: KL(rollout policy || policy now) on the whole rollout, ``E[(r-1) - log r]``,
-        in passes of one micro-batch (the actor only, where the model allows)."""
+        """KL(rollout policy || policy now) on the whole rollout, ``E[(r-1) - log r]``, each
+        member's (0-d, or ``[S]``), in passes of one micro-batch (the actor only, where
+        the model allows)."""
         n = self.minibatches.num_units(self.num_envs, self.horizon)
-        if self.seeds is not None:  # one pass (no micro-batches with seeds): each seed's mean
-            logp, old_logp = self.minibatches.log_prob(self.policy, batch)
-            log_ratio = (logp - old_logp).float()
-            return rdist.all_reduce_(per_seed_mean(torch.expm1(log_ratio) - log_ratio, self.num_seeds), "mean")
-        total = torch.zeros((), device=self.device)
+        total = torch.zeros(self.members.lead, device=self.device)
         for lo in range(0, n, min(self._micro_units, n)):
             part = {key: x[lo : lo + self._micro_units] for key, x in batch.items()}
             logp, old_logp = self.minibatches.log_prob(self.policy, part)
             log_ratio = (logp - old_logp).float()
-            total += (torch.expm1(log_ratio) - log_ratio).sum()
-        return rdist.all_reduce_(total / (n * self.minibatches.unit_samples), "mean")
+            total += self.members.sum(torch.expm1(log_ratio) - log_ratio)
+        per_member = n // self.num_seeds * self.minibatches.unit_samples
+        return rdist.all_reduce_(total / per_member, "mean")
 
     def _epoch(self, batch: Batch, N: int, num_minibatches: int) -> Batch:
         """The batch in this epoch's order: one gather per epoch into contiguous memory,
         whose minibatches are views."""
-        if num_minibatches == 1 or (not self.config.shuffle_minibatches and self.seeds is None):
-            # The batch is already contiguous (and seed-major), and one whole-batch
-            # minibatch takes the same mean in any order: no permutation, no copy.
+        index = None
+        if num_minibatches > 1:  # one whole-batch minibatch takes the same mean in any order
+            units = N // self.num_seeds
+            index = self.members.epoch_order(units, self.config.minibatch_size // self.minibatches.unit_samples,
+                                             shuffle=self.config.shuffle_minibatches)
+        if index is None:
             return batch
-        if self.seeds is not None:  # each minibatch takes the same rows of every seed
-            n = N // self.num_seeds
-            index, _ = seed_major_permutation(self.num_seeds, n, self._seed_minibatch_units(n), device=self.device,
-                                              shuffle=self.config.shuffle_minibatches)
-        else:
-            index = torch.randperm(N, device=self.device)
         epoch = {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
         if not self._epoch_batch:
             self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
@@ -404,22 +378,18 @@ class PPO(Algorithm):
                 share = min(chunk, size - lo) / size
                 stats += share * self._backward(part, weight * share)
         if step:
+            gate = running = None
             if self.kl_stop is not None:
                 kl = stats[self._kl_index] * weight + (kl_so_far if kl_so_far is not None else 0.0)
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
-                # With seeds the gate is each seed's step factor (SeedGroup.optimizer_step),
-                # not the LR the seeds share.
-                if self.seeds is None:
-                    self.kl_stop.gate(kl, self._lr_tensor, self._lr_applied)
-                else:
-                    self.kl_stop.gate(kl, None, None, self.seeds.active())
-            self._optimizer_step(params)
+                gate, running = self.kl_stop.gate(kl, self.members.active()), self.kl_stop.running
+            self._optimizer_step(params, gate, running)
         return stats
 
     def _backward(self, mb: Batch, weight: float) -> Tensor:
         """Forward, PPO losses and backward of ``weight * loss`` (no optimizer step)."""
         losses = self._loss_fn(mb)
-        total = losses.total.sum() if self.seeds is not None else losses.total  # with seeds: the sum of their losses
+        total = losses.total.sum()  # S members: the sum of their losses, whose gradient is each one's own
         self.grad_scaler.scale(total * weight if weight != 1.0 else total).backward()
         return torch.stack([losses.total.detach(), *losses[1:]])
 

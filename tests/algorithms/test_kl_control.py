@@ -45,18 +45,19 @@ def _true_kl(algo) -> float:
 
 
 def test_early_stop_zeroes_the_lr_from_the_first_step_judged_above_the_limit() -> None:
+    """The gate a single run's optimizer step applies to its tensor LR (Members.optimizer_step)."""
     stop = KLEarlyStop(0.01, device=torch.device("cpu"))
-    lr, applied_lr = torch.tensor(1e-3), torch.tensor(1e-3)
+    lr, applied_lr, active = torch.tensor(1e-3), torch.tensor(1e-3), torch.tensor(1.0)
     stop.begin()
     seen = []
     for kl in (0.0, 0.012, 0.015, 0.0151, 0.001):  # 0.015 = 1.5 x target is still allowed
-        stop.gate(torch.tensor(kl), lr, applied_lr)
+        torch.mul(lr, stop.gate(torch.tensor(kl), active), out=applied_lr)
         seen.append(float(applied_lr))
     assert seen == pytest.approx([1e-3, 1e-3, 1e-3, 0.0, 0.0])  # no step after the crossing, even below it again
-    assert float(stop.applied) == 3 and bool(stop.stopped()) and float(lr) == pytest.approx(1e-3)
+    assert float(stop.applied) == 3 and bool(stop.stopped(active)) and float(lr) == pytest.approx(1e-3)
     stop.begin()  # the next step() starts open
-    stop.gate(torch.tensor(0.0), lr, applied_lr)
-    assert float(applied_lr) == pytest.approx(1e-3) and not bool(stop.stopped())
+    torch.mul(lr, stop.gate(torch.tensor(0.0), active), out=applied_lr)
+    assert float(applied_lr) == pytest.approx(1e-3) and not bool(stop.stopped(active))
 
 
 def test_adapted_lr_follows_rsl_rl_rule_within_bounds() -> None:
@@ -78,8 +79,8 @@ def _reference_steps(algo, target: float) -> int:
     KL of its data before it (SB3's rule) and stop at the first one above the limit."""
     cfg = algo.config
     algo._compute_advantages()
-    batch = algo.minibatches.batch(algo.buffer, algo.horizon, algo._normalized_advantages)
-    bounds = algo._minibatch_bounds()
+    batch = algo.minibatches.batch(algo.buffer, algo.horizon, algo.members.normalize)
+    bounds = algo.minibatch_bounds()
     N = sum(size for _, size in bounds)
     params = [p for p in algo.policy.model.parameters() if p.requires_grad]
     applied = 0

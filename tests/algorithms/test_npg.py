@@ -43,7 +43,7 @@ def _batch(algo):
 def _kl_after_step(algo, batch, scale: float = 1.0) -> float:
     before = _actor(algo)
     obs_normalized, obs, actions, logp, adv = batch
-    stats = algo._natural_step(Samples(obs_normalized, obs, actions, logp, adv * scale))
+    stats = algo.natural_step(Samples(obs_normalized, obs, actions, logp, adv * scale))
     for p, b in zip(algo.actor_params, before):  # restore for the next measurement
         p.data.copy_(b)
     return stats.kl.item()

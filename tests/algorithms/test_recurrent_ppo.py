@@ -110,7 +110,7 @@ def test_seq_len_defaults_to_the_horizon_and_minibatches_hold_whole_sequences() 
     assert config.sequence_length == 12
     algo = _config(num_envs=4, sgd_minibatch_size=8).build(CartPole)
     assert algo.minibatches.num_units(4, 12) == 4 * 3  # 12 sequences of 4 steps
-    assert [size for _, size in algo._minibatch_bounds()] == [2] * 6  # 2 per minibatch
+    assert [size for _, size in algo.minibatch_bounds()] == [2] * 6  # 2 per minibatch
 
 
 def test_a_model_without_the_recurrent_interface_is_refused(scripted_env) -> None:

@@ -123,7 +123,7 @@ def test_the_kl_adaptive_lr_moves_each_seeds_lr_on_its_own_kl() -> None:
         for i, single in enumerate(singles):
             one = single.step()
             assert out[f"seed{i}/monitors/lr"] == pytest.approx(one["monitors/lr"], rel=1e-9)
-            assert multi.lr * multi.seeds.lr_factors()[i] == pytest.approx(single.lr, rel=1e-9)
+            assert multi.lr * multi.members.lr_factors()[i] == pytest.approx(single.lr, rel=1e-9)
             lrs.add(round(single.lr, 12))
             for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
                 torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
@@ -407,7 +407,7 @@ def test_a_done_seed_does_not_hold_the_kl_early_stop_open() -> None:
     extra = {"sgd_minibatch_size": 48, "shuffle_minibatches": False, "target_kl_div": 1e-3,
              "optimizer_config": {"lr": 0.05}, "num_sgd_iters": 8}
     algo = AlgorithmConfig(**_config(num_seeds=2, **extra)).build(Pendulum)
-    algo.seeds.mark_done([0])
+    algo.members.mark_done([0])
     algo.collect()
     before = [p.detach()[0].clone() for p in algo.policy.model.parameters()]
     out = algo.step()

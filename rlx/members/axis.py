@@ -1,0 +1,334 @@
+"""The member axis: S members trained as one batch, S = 1 included.
+
+An algorithm owns one :class:`Members` and asks it every question whose answer depends
+on how many members train together: how a loss term is averaged, how advantages are
+normalized, how an epoch is shuffled and cut into minibatches, how gradients are
+clipped and applied, which members still update, and how statistics are named. The
+algorithm's own code is the same for every S.
+
+S = 1 is a population of one, and its answers are a single run's: 0-d statistics under
+their plain names, state without a member dim (so its checkpoints are a single run's),
+torch's own optimizer kernels, and data-parallel reductions of one batch. With S > 1,
+rows are seed-major (member ``i`` owns rows ``i*n:(i+1)*n`` of every ``[S * n, ...]``
+tensor), per-member values are ``[S]``, and statistics come as ``seed{i}/name`` plus
+their mean under ``name``. Members share no parameter: nothing is averaged across them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rlx import distributed as rdist
+from rlx.members.ops import (
+    clip_grad_norm_per_seed_,
+    grad_norms_per_seed,
+    normalize_per_seed,
+    per_seed_mean,
+    seed_major_permutation,
+    seed_minibatch_bounds,
+)
+from rlx.members.optim import SeedAdam, masked_step_, seed_optimizer
+from rlx.members.stacked import seed_rows, stacked_model_cls
+
+__all__ = ["Members", "MemberStats"]
+
+
+class MemberStats:
+    """Adds per-member statistics to a :class:`~rlx.stats.Stats`: with S > 1 an ``[S]``
+    value becomes ``seed{i}/name`` for each member and, under ``name``, their mean (their
+    max for a ``"max"`` statistic, their sum for a ``"sum"`` one); with S = 1 a 0-d value
+    goes in under ``name``."""
+
+    def __init__(self, stats: Any, size: int) -> None:
+        self.stats, self.size = stats, size
+
+    def add(self, name: str, value: Tensor, op: str = "mean") -> None:
+        if self.size == 1:
+            self.stats.add(name, value, op)
+            return
+        for i in range(self.size):
+            self.stats.add(f"seed{i}/{name}", value[i], op)
+        across = {"max": value.max(), "min": value.min(), "sum": value.sum()}.get(op, value.mean())
+        self.stats.add(name, across, op)
+
+
+class Members:
+    """The member axis of one algorithm (see the module docstring).
+
+    ``active()`` is 1 for a member whose updates apply and 0 for one that diverged (a
+    non-finite gradient or rollout: frozen where it was, for good) or that a stop
+    condition marked done (:meth:`mark_done`). A single run (S = 1) is never frozen: its
+    divergence is an error (``FloatingPointError`` from ``step()``).
+
+    Args:
+        size: ``S``, the number of members.
+        device: Where the masks live.
+    """
+
+    def __init__(self, size: int, device: torch.device) -> None:
+        self.size = size
+        self.device = device
+        #: ``[S]`` bool: members whose updates and rollouts stayed finite.
+        self.alive = torch.ones(size, dtype=torch.bool, device=device)
+        #: ``[S]`` bool: members a stop condition marked done.
+        self.done = torch.zeros(size, dtype=torch.bool, device=device)
+        self._done_host = [False] * size  # a host mirror: the trainer asks every iteration
+        #: ``[S]`` each member's LR over the optimizer's (the KL-adaptive LR moves it per member).
+        self.lr_factor = torch.ones(size, device=device)
+        self._lr_factor_host = [1.0] * size
+        self._one = torch.ones((), device=device)
+
+    # -- layout ----------------------------------------------------------------------------
+
+    @property
+    def lead(self) -> tuple[int, ...]:
+        """The leading shape of a per-member value: ``()`` for one member, ``(S,)`` else."""
+        return () if self.size == 1 else (self.size,)
+
+    @property
+    def can_cut_passes(self) -> bool:
+        """Whether a batch may be cut into passes of rows (cache-sized micro-batches);
+        with S > 1 passes of rows would split the members unevenly."""
+        return self.size == 1
+
+    def mean(self, x: Tensor) -> Tensor:
+        """The mean of a loss term over its rows: 0-d, or ``[S]`` each member's."""
+        return x.mean() if self.size == 1 else per_seed_mean(x, self.size)
+
+    def mean_each(self, x: Tensor) -> Tensor:
+        """``[S]``: each member's mean over its rows, ``[1]`` for a single run (for the
+        code that keeps a member dim throughout, such as NPG's ``[S, P]`` vectors)."""
+        return per_seed_mean(x, self.size)
+
+    def sum(self, x: Tensor) -> Tensor:
+        """The sum over rows: 0-d, or ``[S]`` each member's."""
+        return x.sum() if self.size == 1 else seed_rows(x, self.size).flatten(1).sum(dim=1)
+
+    def rows_of(self, x: Tensor) -> Tensor:
+        """``[S * n, ...]`` -> ``[S, n, ...]``: each member's rows (S = 1: ``[1, n, ...]``)."""
+        return seed_rows(x, self.size)
+
+    def normalize(self, advantages: Tensor) -> Tensor:
+        """``(A - mean) / (std + 1e-8)`` with each member's mean and population std over
+        its rows of every rank."""
+        if self.size > 1:
+            return normalize_per_seed(advantages, self.size, across_ranks=rdist.world_size() > 1)
+        if rdist.world_size() == 1:
+            std, mean = torch.std_mean(advantages, correction=0)
+        else:
+            a = advantages.double()
+            moments = rdist.all_reduce_(torch.stack([a.mean(), a.square().mean()]), "mean")
+            mean = moments[0]
+            std = (moments[1] - mean.square()).clamp(min=0).sqrt()
+        return ((advantages - mean) / (std + 1e-8)).to(advantages.dtype)
+
+    # -- epochs and minibatches ------------------------------------------------------------
+
+    def minibatch_bounds(self, units: int, minibatch_units: int) -> list[tuple[int, int]]:
+        """``(first unit, units)`` of each minibatch of an epoch over ``units`` units per
+        member, ``minibatch_units`` of every member each (the last gets the rest)."""
+        return seed_minibatch_bounds(self.size, units, min(minibatch_units, units))
+
+    def epoch_order(self, units: int, minibatch_units: int, *, shuffle: bool) -> Tensor | None:
+        """``[S * units]`` this epoch's order of the batch (``epoch = x[index]``), each
+        minibatch taking the same number of every member's units; ``None`` when the
+        batch's own order serves."""
+        if self.size == 1:
+            return torch.randperm(units, device=self.device) if shuffle else None
+        index, _ = seed_major_permutation(self.size, units, min(minibatch_units, units), device=self.device,
+                                          shuffle=shuffle)
+        return index
+
+    def subsample(self, rows: int, n: int) -> Tensor:
+        """``n`` random rows of every member (of ``rows`` per member), seed-major."""
+        if self.size == 1:
+            return torch.randperm(rows, device=self.device)[:n]
+        order = torch.rand(self.size, rows, device=self.device).argsort(dim=1)[:, :n]
+        return (order + torch.arange(self.size, device=self.device).unsqueeze(1) * rows).reshape(-1)
+
+    # -- which members update ------------------------------------------------------------
+
+    def active(self) -> Tensor:
+        """1.0 where a member's updates apply (0-d for one member, else ``[S]``)."""
+        if self.size == 1:
+            return self._one
+        return (self.alive & ~self.done).float()
+
+    def freeze_nonfinite_(self, *rollout: Tensor) -> None:
+        """Freeze, before any update, each member whose rollout entries (``[S * n, ...]``
+        each) hold NaN or inf; on every rank alike. A single run is left to fail."""
+        if self.size == 1:
+            return
+        finite = torch.stack([self.rows_of(torch.isfinite(x)).flatten(1).all(dim=1) for x in rollout]).all(dim=0)
+        self.alive &= rdist.all_reduce_(finite.float(), "min") > 0
+
+    def keep_finite_(self, before: Tensor, after: Tensor) -> tuple[Tensor, Tensor]:
+        """A natural step's ``[S, P]`` parameters ``after`` where a member is active and its
+        step finite, ``before`` elsewhere (a non-finite step freezes the member for good),
+        and the ``[S]`` 1/0 mask of the members that moved."""
+        if self.size > 1:
+            self.alive &= torch.isfinite(after).all(dim=1)
+        keep = self.active().reshape(-1) > 0
+        return torch.where(keep.unsqueeze(1), after, before), keep
+
+    def mark_done(self, members: Sequence[int]) -> None:
+        """Stop updating ``members`` (their stop condition was met); the others go on."""
+        for i in members:
+            if not self._done_host[i]:
+                self._done_host[i] = True
+                self.done[i] = True
+
+    def all_done(self) -> bool:
+        """Whether every member met its stop condition (read on the host, no sync)."""
+        return all(self._done_host)
+
+    def lr_factors(self) -> list[float]:
+        """Each member's LR over the optimizer's (host mirror)."""
+        return list(self._lr_factor_host)
+
+    def set_lr_factors(self, factors: Sequence[float]) -> None:
+        """Set each member's LR factor (a fill per changed member: no host sync)."""
+        for i, f in enumerate(factors):
+            if f != self._lr_factor_host[i]:
+                self._lr_factor_host[i] = float(f)
+                self.lr_factor[i].fill_(float(f))
+
+    def learning_rates(self, base: float) -> list[float]:
+        """Each member's learning rate: ``base`` times its factor (host values, no sync)."""
+        return [base * f for f in self._lr_factor_host]
+
+    def set_learning_rates(self, base: float, lrs: Sequence[float]) -> float:
+        """Give each member its learning rate; returns the base LR the optimizer should
+        hold (a single run's own; with S members the base stays and each member's factor
+        moves)."""
+        if self.size == 1:
+            return float(lrs[0])
+        self.set_lr_factors([lr / base for lr in lrs])
+        return base
+
+    # -- model and optimizer -----------------------------------------------------------------
+
+    def model_cls_and_config(self, model_cls: type[nn.Module] | None, model_config: dict[str, Any] | None,
+                             default_cls: type[nn.Module], seed: int | None) -> tuple[Any, dict[str, Any] | None]:
+        """The model class and its config: S members stack the default model (member
+        ``i`` starting where a single run with ``seed + i`` starts)."""
+        if self.size == 1:
+            return model_cls, model_config
+        return (model_cls or stacked_model_cls(default_cls),
+                {**(model_config or {}), "num_seeds": self.size, "seed": seed})
+
+    def optimizer(self, optimizer_cls: type[torch.optim.Optimizer], params: list[nn.Parameter],
+                  kwargs: dict[str, Any]) -> torch.optim.Optimizer:
+        """The optimizer over ``params``; with S members each member's state advances on
+        its own steps only (:mod:`rlx.members.optim`).
+
+        Raises:
+            ValueError: an optimizer option that S members cannot keep apart.
+        """
+        if self.size == 1:
+            return optimizer_cls(params, **kwargs)
+        return seed_optimizer(optimizer_cls, params, self.size, kwargs)
+
+    def amp_dtype(self, device: torch.device) -> torch.dtype:
+        """fp16 on CUDA for one member; bf16 otherwise (fp16's loss scale would be shared:
+        one member's overflow would skip or rescale every member's step)."""
+        return torch.float16 if device.type == "cuda" and self.size == 1 else torch.bfloat16
+
+    def optimizer_step(
+        self,
+        optimizer: torch.optim.Optimizer,
+        params: list[Tensor],
+        *,
+        max_grad_norm: float | None,
+        grad_scaler: torch.amp.GradScaler,
+        gate: Tensor | None = None,
+        running: Tensor | None = None,
+        lr: tuple[Tensor, Tensor] | None = None,
+    ) -> None:
+        """Average gradients over ranks, clip each member's, step, clear the gradients.
+
+        Args:
+            gate: A KL early stop's open mask (0-d or ``[S]``): a closed member's
+                parameters do not move.
+            running: ``[S]`` members still open when the epoch began: their optimizer
+                state advances (a single run stops at the end of that epoch).
+            lr: ``(base, applied)`` tensor learning rates of a single run: the step
+                applies ``base * gate`` (what a captured update reads).
+        """
+        rdist.all_reduce_grads_(params)  # data parallel: the gradient of the global batch
+        if self.size == 1:
+            if gate is not None and lr is not None:
+                torch.mul(lr[0], gate, out=lr[1])
+            if max_grad_norm is not None:
+                grad_scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+            grad_scaler.step(optimizer)
+            grad_scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            return
+        if max_grad_norm is not None:
+            norms = clip_grad_norm_per_seed_(params, max_grad_norm, self.size)
+        else:
+            norms = grad_norms_per_seed([p.grad for p in params if p.grad is not None], self.size)
+        self.alive &= torch.isfinite(norms)
+        active = self.active()
+        factor = active * self.lr_factor
+        if gate is not None:
+            factor = factor * gate
+        update = active * running if running is not None else active
+        if isinstance(optimizer, SeedAdam):
+            optimizer.step(update=update, factor=factor)
+        else:
+            masked_step_(optimizer, params, update, factor)
+        optimizer.zero_grad(set_to_none=True)
+
+    # -- statistics and state ----------------------------------------------------------------
+
+    def stats(self, stats: Any) -> Callable[..., None]:
+        """``add(name, value, op="mean")`` for per-member values (:class:`MemberStats`)."""
+        return MemberStats(stats, self.size).add
+
+    def host_values(self, host: dict[str, float], name: str) -> list[float]:
+        """Each member's value of the statistic ``name`` in a transferred stats dict."""
+        if self.size == 1:
+            return [host[name]]
+        return [host[f"seed{i}/{name}"] for i in range(self.size)]
+
+    def host_dict(self, name: str, values: Sequence[float]) -> dict[str, float]:
+        """``{"seed{i}/name": value}`` for S members; nothing for a single run (whose
+        caller reports the plain name)."""
+        if self.size == 1:
+            return {}
+        return {f"seed{i}/{name}": v for i, v in enumerate(values)}
+
+    def add_activity(self, stats: Any) -> None:
+        """With S > 1: ``seed{i}/active`` (1 while member i updates, 0 once it diverged or
+        is done) and ``seeds/active``, their count."""
+        if self.size == 1:
+            return
+        active = self.active()
+        for i in range(self.size):
+            stats.add(f"seed{i}/active", active[i], "min")
+        stats.add("seeds/active", active.sum(), "sum")
+
+    def state_dict(self) -> dict[str, Any]:
+        """Checkpoint entries: ``{"seeds": masks and LR factors}`` with S > 1, none for a
+        single run (whose checkpoints stay a single run's)."""
+        if self.size == 1:
+            return {}
+        return {"seeds": {"alive": self.alive.clone(), "done": self.done.clone(), "lr_factor": self.lr_factor.clone()}}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s entries from a checkpoint's algorithm state."""
+        if self.size == 1:
+            return
+        members = state["seeds"]
+        self.alive.copy_(members["alive"])
+        self.done.copy_(members["done"])
+        self._done_host = [bool(d) for d in members["done"].tolist()]  # SYNC: at load, the host mirrors
+        self.lr_factor.copy_(members["lr_factor"])
+        self._lr_factor_host = [float(f) for f in members["lr_factor"].tolist()]  # SYNC: at load
