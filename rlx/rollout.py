@@ -35,6 +35,7 @@ from rlx.env import (
     check_step_output,
 )
 from rlx.episodes import carry_episodes, episode_statistics, float_leaves, truncated_slots
+from rlx.members.axis import Members
 from rlx.policy import Obs, PolicyBase, StepOutput, flatten_time
 from rlx.stats import Stats
 
@@ -73,10 +74,10 @@ class Rollout:
         act_fn: ActFn | None = None,
         value_fn: ValueFn | None = None,
         graphed: bool = False,
-        num_seeds: int = 1,
+        members: Members | None = None,
     ) -> None:
         self.env, self.policy, self.device = env, policy, device
-        self.num_seeds = num_seeds  # rows i*B:(i+1)*B for seed i (rlx.seeds)
+        self.members = members or Members(1, device)  # rows i*B:(i+1)*B for member i
         self.num_envs, self.horizon = env.num_envs, horizon
         self.act_fn = act_fn or policy.act_step
         self.value_fn = value_fn or policy.value_step
@@ -164,9 +165,9 @@ class Rollout:
         # does not declare max_episode_steps); more falls back to valuing every step.
         limit = getattr(env, "max_episode_steps", None)
         per_env = -(-T // limit) if isinstance(limit, int) and limit > 0 else 1
-        # With seeds every value pass takes whole columns (a gather would split the seeds
-        # unevenly between the stacked networks): the capacity is every step.
-        self.set_truncation_capacity(B * T if self.num_seeds > 1 else B * per_env)
+        # Where a pass cannot be cut into rows (S members), every value pass takes whole
+        # columns (a gather would split the members unevenly): the capacity is every step.
+        self.set_truncation_capacity(B * per_env if self.members.can_cut_passes else B * T)
 
     def set_truncation_capacity(self, capacity: int) -> None:
         """Value at most ``capacity`` truncated steps per collect without a fallback."""
@@ -340,7 +341,7 @@ class Rollout:
         rewards, dones = self.rewards_and_dones()
         r = rewards.squeeze(-1).double()  # [B, T]
         episodes = episode_statistics(r, dones.squeeze(-1), self.episode_return, self.episode_length, self._time_index,
-                                      groups=self.num_seeds)
+                                      groups=self.members.size)
         carry_episodes(episodes, self.episode_return, self.episode_length)
         horizon_returns = r.sum(dim=1)  # [B]
         stats = Stats()
@@ -350,10 +351,9 @@ class Rollout:
         stats.add("rewards/min", r.min(), "min")
         stats.add("rewards/max", r.max(), "max")
         stats.add_std_mean("rewards/std", "rewards/mean", r)
+        add = self.members.stats(stats)
         for name, value in (("count", episodes.count), ("return_sum", episodes.return_sum), ("length_sum", episodes.length_sum)):
-            stats.add(f"episodes/{name}", value.sum(), "sum")
-            for i in range(self.num_seeds if self.num_seeds > 1 else 0):
-                stats.add(f"seed{i}/episodes/{name}", value[i], "sum")
+            add(f"episodes/{name}", value.reshape(self.members.lead), "sum")  # [S] each member's, their sum
         finite = torch.isfinite(rewards).all()
         for _, leaf in float_leaves(self.buffer.get(OBS)) + self._truncated_final_obs_leaves():
             finite = finite & torch.isfinite(leaf).all()
@@ -380,11 +380,11 @@ class Rollout:
         count = host["episodes/count"]
         keys = ("returns/min", "returns/max", "returns/mean", "returns/std", "rewards/min", "rewards/max", "rewards/mean", "rewards/std")
         per_seed = {}
-        for i in range(self.num_seeds if self.num_seeds > 1 else 0):
-            n = host[f"seed{i}/episodes/count"]
-            per_seed[f"seed{i}/episodes/count"] = n
-            per_seed[f"seed{i}/episodes/return_mean"] = host[f"seed{i}/episodes/return_sum"] / n if n else math.nan
-            per_seed[f"seed{i}/episodes/length_mean"] = host[f"seed{i}/episodes/length_sum"] / n if n else math.nan
+        for prefix in self.members.prefixes:  # a single run has none: its plain names follow
+            n = host[f"{prefix}episodes/count"]
+            per_seed[f"{prefix}episodes/count"] = n
+            per_seed[f"{prefix}episodes/return_mean"] = host[f"{prefix}episodes/return_sum"] / n if n else math.nan
+            per_seed[f"{prefix}episodes/length_mean"] = host[f"{prefix}episodes/length_sum"] / n if n else math.nan
         return {
             **{k: host[k] for k in keys},
             **{k: v for k, v in host.items() if k.startswith("env/")},  # an env's logged scalars

@@ -100,7 +100,7 @@ class Algorithm(ABC):
         graphed = self.uses_cuda_graphs and self.device.type == "cuda" and env_is_graph_safe(self.env)
         self.rollout = Rollout(
             self.env, self.policy, self.horizon, self.device,
-            act_fn=act_fn, value_fn=value_fn, graphed=graphed and not self.policy.recurrent, num_seeds=self.num_seeds,
+            act_fn=act_fn, value_fn=value_fn, graphed=graphed and not self.policy.recurrent, members=self.members,
         )
         if self.world_size > 1:
             rdist.check_same_on_all_ranks(
@@ -149,7 +149,7 @@ class Algorithm(ABC):
             return self.members.optimizer(self.config.optimizer_cls, params, kwargs)
         except (ValueError, RuntimeError) as e:
             where = f"{type(self.config).__name__}.optimizer_config"
-            if self._lr_tensor is not None and self.members.size == 1:
+            if self._lr_tensor is not None:
                 raise ConfigError(
                     f"{where}: {self.config.optimizer_cls.__name__} {self.config.optimizer_kwargs} does not take the "
                     f"tensor learning rate that cudagraphs and target_kl_div need ({e})"

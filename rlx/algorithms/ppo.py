@@ -167,9 +167,7 @@ class PPO(Algorithm):
         if config.compile:
             if not isinstance(self.env.observation_spec.zero(), Tensor):
                 raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
-            # With S members, static shapes: a minibatch has at most two sizes, and inductor
-            # (torch 2.13) fails on the per-member means under dynamic shapes.
-            self._loss_fn = torch.compile(self._losses, dynamic=None if self.members.size == 1 else False)
+            self._loss_fn = torch.compile(self._losses, dynamic=self.members.compile_dynamic)
         if config.cudagraphs:
             if self.device.type != "cuda":
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
@@ -182,9 +180,9 @@ class PPO(Algorithm):
 
     @property
     def needs_tensor_lr(self) -> bool:
-        # A single run's KL early stop gates its LR on the device (S members: each one's step).
+        # The KL early stop gates the LR on the device (Members.gates_lr).
         kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr
-        return self.config.cudagraphs or (kl_stop and self.config.num_seeds == 1)
+        return self.config.cudagraphs or (kl_stop and self.members.gates_lr)
 
     def _rollout_fns(self) -> tuple[ActFn | None, ValueFn | None]:
         if not self.config.compile:

@@ -95,6 +95,25 @@ class Members:
         with S > 1 passes of rows would split the members unevenly."""
         return self.size == 1
 
+    @property
+    def prefixes(self) -> list[str]:
+        """The name prefix of each member's statistics: ``seed{i}/`` with S > 1; none for
+        a single run, whose statistics carry their plain names."""
+        return [] if self.size == 1 else [f"seed{i}/" for i in range(self.size)]
+
+    @property
+    def compile_dynamic(self) -> bool | None:
+        """``torch.compile``'s ``dynamic`` for the loss: static shapes with S > 1 (a
+        minibatch has at most two sizes, and inductor in torch 2.13 fails on the
+        per-member means under dynamic shapes); torch's choice for a single run."""
+        return None if self.size == 1 else False
+
+    @property
+    def gates_lr(self) -> bool:
+        """Whether a KL early stop gates the optimizer's (tensor) learning rate: a single
+        run's; S members gate each member's step factor instead, leaving the shared LR."""
+        return self.size == 1
+
     def mean(self, x: Tensor) -> Tensor:
         """The mean of a loss term over its rows: 0-d, or ``[S]`` each member's."""
         return x.mean() if self.size == 1 else per_seed_mean(x, self.size)
