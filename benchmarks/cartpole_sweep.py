@@ -17,20 +17,13 @@ CPU cores; ``--start K`` skips the first K settings (to finish a grid run in par
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import statistics
-import subprocess
-import time
-from pathlib import Path
 
 import torch
 
+from common import append_results, results_path, train_until
 from rlx import AlgorithmConfig
-from rlx.bench import cpu_name
 from rlx.envs import CartPole
-
-ROOT = Path(__file__).resolve().parents[1]
 
 
 def grid() -> list[dict]:
@@ -50,13 +43,8 @@ def solve(setting: dict, seed: int, budget_s: float) -> tuple[int, float]:
         **setting, model_config={"hiddens": [64, 64], "activation_fn": "tanh"}, gamma=0.99, gae_lambda=0.95,
         clip_param=0.2, vf_clip_param=None, max_grad_norm=0.5, normalize_rewards=False, device="cpu", seed=seed,
     ).build(CartPole)
-    start = time.perf_counter()
-    while time.perf_counter() - start < budget_s:
-        length = algo.collect()["episodes/length_mean"]
-        if not math.isnan(length) and length >= 475:
-            return algo.env_steps, time.perf_counter() - start
-        algo.step()
-    return -1, budget_s
+    run = train_until(algo, "episodes/length_mean", 475, budget_s=budget_s)
+    return (run.env_steps, run.seconds) if run.solved else (-1, budget_s)
 
 
 def main() -> None:
@@ -68,21 +56,16 @@ def main() -> None:
     parser.add_argument("--limit", type=int, default=None, help="stop after the N-th setting of the grid")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    meta = {"commit": commit, "torch": torch.__version__, "threads": args.threads, "cpu": cpu_name()}
-    with open(ROOT / "benchmarks" / "results" / "cartpole_sweep.jsonl", "a") as out:
-        for setting in grid()[args.start : args.limit]:
-            runs = [solve(setting, seed, args.budget_s) for seed in args.seeds]
-            seconds = [s for _, s in runs]
-            row = {**setting, "seeds": args.seeds, "env_steps": [n for n, _ in runs], "seconds": seconds,
-                   "median_s": statistics.median(seconds), "max_s": max(seconds),
-                   "solved": sum(n > 0 for n, _ in runs), **meta}
-            out.write(json.dumps(row) + "\n")
-            out.flush()
-            print(f"B={setting['num_envs']:3d} T={setting['horizon']:3d} epochs={setting['num_sgd_iters']:2d} "
-                  f"minibatch={setting['sgd_minibatch_size']:4d} lr={setting['optimizer_config']['lr']:.0e}: solved "
-                  f"{row['solved']}/{len(runs)}, median {row['median_s']:.2f} s, worst {row['max_s']:.2f} s, "
-                  f"env steps {row['env_steps']}", flush=True)
+    for setting in grid()[args.start : args.limit]:
+        runs = [solve(setting, seed, args.budget_s) for seed in args.seeds]
+        seconds = [s for _, s in runs]
+        row = {**setting, "seeds": args.seeds, "env_steps": [n for n, _ in runs], "seconds": seconds,
+               "median_s": statistics.median(seconds), "max_s": max(seconds), "solved": sum(n > 0 for n, _ in runs)}
+        append_results(results_path("cartpole_sweep"), row, threads=args.threads)
+        print(f"B={setting['num_envs']:3d} T={setting['horizon']:3d} epochs={setting['num_sgd_iters']:2d} "
+              f"minibatch={setting['sgd_minibatch_size']:4d} lr={setting['optimizer_config']['lr']:.0e}: solved "
+              f"{row['solved']}/{len(runs)}, median {row['median_s']:.2f} s, worst {row['max_s']:.2f} s, "
+              f"env steps {row['env_steps']}", flush=True)
 
 
 if __name__ == "__main__":

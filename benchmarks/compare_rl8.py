@@ -28,17 +28,14 @@ execution. Appends to ``benchmarks/results/compare_rl8.jsonl``.
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
 import rlx
-from rlx.bench import cpu_name
+from common import append_results, results_path
 
 #: Rows per value pass of the ceiling's critic, as rlx's ``VALUE_PASS_ROWS``.
 CEILING_PASS_ROWS = 2048
@@ -198,13 +195,8 @@ def main() -> None:
                     f"{row['ceiling_ratio_step_samples_per_s']:.2f}x  end-to-end {row['ceiling_ratio_end_to_end_steps_per_s']:.2f}x",
                     flush=True,
                 )
-    root = Path(__file__).resolve().parents[1]
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
-    with open(root / "benchmarks" / "results" / "compare_rl8.jsonl", "a") as f:
-        for row in rows:
-            f.write(json.dumps({**row, "compile": args.compile, "amp": args.amp, "device": args.device, "threads": args.threads, "torch": torch.__version__,
-                                "rl8": getattr(rl8, "__version__", "1.0.0"), "commit": commit,
-                                "cpu": cpu_name()}) + "\n")
+    append_results(results_path("compare_rl8"), rows, compile=args.compile, amp=args.amp, device=args.device,
+                   threads=args.threads, rl8=getattr(rl8, "__version__", "1.0.0"))
 
 
 if __name__ == "__main__":

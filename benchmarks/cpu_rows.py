@@ -21,15 +21,12 @@ Prints three markdown tables; results are appended to ``benchmarks/results/cpu_r
 from __future__ import annotations
 
 import argparse
-import json
-import subprocess
 import time
-from pathlib import Path
 
 import torch
 from torch import nn
 
-from rlx.bench import cpu_name
+from common import append_results, results_path
 
 
 def _per_call_s(fn, calls: int) -> float:
@@ -103,12 +100,7 @@ def main() -> None:
                 print(f"| {width} | {rows} | {ns:.0f} |")
     if not args.no_update:
         record["update"] = _update_table()
-    root = Path(__file__).resolve().parents[1]
-    record["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                                      cwd=root).stdout.strip()
-    record["torch"], record["threads"], record["cpu"] = torch.__version__, args.threads, cpu_name()
-    with open(root / "benchmarks" / "results" / "cpu_rows.jsonl", "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_results(results_path("cpu_rows"), record, threads=args.threads)
 
 
 if __name__ == "__main__":

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import torch
 
+from common import append_results, results_path
+
 
 def worker(args: argparse.Namespace) -> None:
     from rlx import AlgorithmConfig, NPGConfig
@@ -93,10 +95,8 @@ def main() -> None:
     print(f"{args.algo} B={args.num_envs} per rank, T={args.horizon}, 1 thread per rank, gloo:")
     print(f"  step:    1 rank {one['step_ms']:8.1f} ms   2 ranks {two['step_ms']:8.1f} ms   ratio {two['step_ms'] / one['step_ms']:.2f}")
     print(f"  collect: 1 rank {one['collect_ms']:8.1f} ms   2 ranks {two['collect_ms']:8.1f} ms   ratio {two['collect_ms'] / one['collect_ms']:.2f}")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
-    with open(root / "benchmarks" / "results" / "distributed_overhead.jsonl", "a") as f:
-        f.write(json.dumps({"algo": args.algo, "num_envs": args.num_envs, "horizon": args.horizon, "one_rank": one,
-                            "two_ranks": two, "torch": torch.__version__, "backend": "gloo", "commit": commit}) + "\n")
+    append_results(results_path("distributed_overhead"), {"algo": args.algo, "num_envs": args.num_envs,
+                   "horizon": args.horizon, "one_rank": one, "two_ranks": two, "backend": "gloo"})
 
 
 if __name__ == "__main__":

@@ -16,23 +16,26 @@ Both run in this process, interleaved, so the ratios are side by side.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import subprocess
 import time
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from common import append_results, results_path, train_until
 from rlx import AlgorithmConfig
-from rlx.bench import cpu_name
 from rlx.envs import CartPole
 
 
 class FloorPPO:
-    """About 100 lines of PPO: the least eager torch can do for this work."""
+    """About 100 lines of PPO: the least eager torch can do for this work.
+
+    It has the algorithms' interface that :func:`common.train_until` drives: ``collect()``
+    returns the rollout's ``episodes/length_mean``, ``step()`` trains on it, and
+    ``env_steps`` counts the env steps collected.
+    """
 
     def __init__(self, num_envs: int, horizon: int, *, epochs: int, minibatches: int, lr: float, seed: int) -> None:
         torch.manual_seed(seed)
@@ -62,9 +65,10 @@ class FloorPPO:
         self.obs[0] = self.env.reset()
         self.ep_len = torch.zeros(B)
         self.finished_lengths: list[float] = []
+        self.env_steps = 0
 
     @torch.no_grad()
-    def collect(self) -> float:
+    def collect(self) -> dict[str, float]:
         self.obs[0] = self.obs[self.T]
         lengths_sum, ended = torch.zeros(()), torch.zeros(())
         for t in range(self.T):
@@ -84,9 +88,10 @@ class FloorPPO:
             ended += done.sum()
             self.ep_len *= ~done
         self.values[self.T] = self.critic(self.obs[self.T]).squeeze(-1)
-        return (lengths_sum / ended).item() if ended > 0 else math.nan
+        self.env_steps += self.B * self.T
+        return {"episodes/length_mean": (lengths_sum / ended).item() if ended > 0 else math.nan}
 
-    def update(self, gamma: float = 0.99, lam: float = 0.95) -> None:
+    def step(self, gamma: float = 0.99, lam: float = 0.95) -> None:
         with torch.no_grad():
             next_v = torch.where(self.term, 0.0, torch.where(self.trunc, self.final_values, self.values[1:]))
             delta = self.rewards + gamma * next_v - self.values[:-1]
@@ -127,18 +132,8 @@ def rlx_algo(num_envs: int, horizon: int, *, epochs: int, minibatches: int, lr: 
 def solve(kind: str, seed: int, budget: int = 300_000) -> tuple[int, float]:
     kwargs = dict(epochs=10, minibatches=4, lr=2e-3, seed=seed)
     algo = FloorPPO(32, 64, **kwargs) if kind == "floor" else rlx_algo(32, 64, **kwargs)
-    steps, start = 0, time.perf_counter()
-    while steps < budget:
-        if kind == "floor":
-            length = algo.collect()
-            algo.update()
-        else:
-            length = algo.collect()["episodes/length_mean"]
-            algo.step()
-        steps += 32 * 64
-        if not math.isnan(length) and length >= 475:
-            return steps, time.perf_counter() - start
-    return -1, time.perf_counter() - start
+    run = train_until(algo, "episodes/length_mean", 475, max_env_steps=budget, step_on_goal=True)
+    return (run.env_steps if run.solved else -1), run.seconds
 
 
 def main() -> None:
@@ -147,7 +142,7 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=1024)
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", type=Path, default=Path(__file__).resolve().parent / "results" / "floor.jsonl",
+    parser.add_argument("--out", type=Path, default=results_path("floor"),
                         help="JSON lines file to append to (default benchmarks/results/floor.jsonl)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -165,7 +160,7 @@ def main() -> None:
     floor, algo = FloorPPO(B, T, **kwargs), rlx_algo(B, T, **kwargs)
     times = {k: [] for k in ("floor_collect", "floor_update", "rlx_collect", "rlx_update")}
     for i in range(args.repeats + 2):
-        t0 = time.perf_counter(); floor.collect(); t1 = time.perf_counter(); floor.update(); t2 = time.perf_counter()
+        t0 = time.perf_counter(); floor.collect(); t1 = time.perf_counter(); floor.step(); t2 = time.perf_counter()
         algo.collect(); t3 = time.perf_counter(); algo.step(); t4 = time.perf_counter()
         if i >= 2:
             times["floor_collect"].append(t1 - t0); times["floor_update"].append(t2 - t1)
@@ -175,12 +170,7 @@ def main() -> None:
     print(f"B={B}, T={T}: collect floor {med['floor_collect']:.1f} ms, rlx {med['rlx_collect']:.1f} ms "
           f"(rlx/floor {med['rlx_collect'] / med['floor_collect']:.2f}); update floor {med['floor_update']:.1f} ms, "
           f"rlx {med['rlx_update']:.1f} ms (rlx/floor {med['rlx_update'] / med['floor_update']:.2f})")
-    root = Path(__file__).resolve().parents[1]
-    record["commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
-    record["torch"], record["threads"], record["cpu"] = torch.__version__, args.threads, cpu_name()
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    with open(args.out, "a") as f:
-        f.write(json.dumps(record) + "\n")
+    append_results(args.out, record, threads=args.threads)
 
 
 if __name__ == "__main__":

@@ -18,13 +18,11 @@ Uses only the public API, so it runs on any rlx commit (``PYTHONPATH=<checkout>`
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-from pathlib import Path
 
 import torch
 
+from common import append_results, results_path
 from rlx import AlgorithmConfig
 from rlx.envs import CartPole
 
@@ -65,22 +63,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--iterations", type=int, default=60)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--out", default=str(Path(__file__).parent / "results" / "kl_control.jsonl"))
+    parser.add_argument("--out", default=str(results_path("kl_control")))
     args = parser.parse_args()
     torch.set_num_threads(1)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                            cwd=Path(__file__).parent).stdout.strip()
     rows = []
     for name, setting in SETTINGS.items():
         ratios = [run(setting, seed, args.iterations) for seed in args.seeds]
         row = {"setting": name, "median_kl_over_target": statistics.median(ratios), "per_seed": ratios,
-               "iterations": args.iterations, "commit": commit, "torch": torch.__version__}
+               "iterations": args.iterations}
         rows.append(row)
         print(f"{name:28s} median KL / target {row['median_kl_over_target']:6.2f}  per seed "
               + " ".join(f"{r:.2f}" for r in ratios), flush=True)
-    with open(args.out, "a") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+    append_results(args.out, rows)
 
 
 if __name__ == "__main__":

@@ -50,9 +50,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "mujoco.jsonl"
-TABLE = ROOT / "benchmarks" / "results" / "mujoco.md"
+from common import ROOT, append_results, git_commit, git_dirty, results_path
+
+RESULTS = results_path("mujoco")
+TABLE = RESULTS.with_suffix(".md")
 ENVS = {
     "halfcheetah": "HalfCheetah-v5",
     "hopper": "Hopper-v5",
@@ -83,12 +84,8 @@ PEER_ALGOS = {"tianshou": ("npg", "trpo", "ppo"), "sb3": ("ppo",)}
 
 
 def commit() -> str:
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True, check=True)
-        dirty = subprocess.run(["git", "status", "--porcelain", "rlx", "configs"], cwd=ROOT, capture_output=True, text=True)
-        return out.stdout.strip() + ("+dirty" if dirty.stdout.strip() else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
+    """The commit, ``+dirty`` when rlx/ or configs/ differ from it (new configs included)."""
+    return git_commit() + ("+dirty" if git_dirty("rlx", "configs", untracked=True) else "")
 
 
 def machine() -> str:
@@ -442,12 +439,11 @@ def main() -> None:
 
     out = Path(args.out)
     if args.vectorization:
-        with open(out.with_name("mujoco_vectorization.jsonl"), "a") as f:
-            for env in args.envs:
-                for row in measure_vectorization(env, [8, 16]):
-                    row.update(commit=commit(), machine=machine(), finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
-                    f.write(json.dumps(row) + "\n")
-                    print(f"{env} {row['vectorization']:5s} B={row['num_envs']:2d}: {row['steps_per_s']:,.0f} env steps/s")
+        for env in args.envs:
+            for row in measure_vectorization(env, [8, 16]):
+                row.update(commit=commit(), machine=machine(), finished=time.strftime("%Y-%m-%dT%H:%M:%S"))
+                append_results(out.with_name("mujoco_vectorization.jsonl"), row)
+                print(f"{env} {row['vectorization']:5s} B={row['num_envs']:2d}: {row['steps_per_s']:,.0f} env steps/s")
         return
     if args.table_only:
         write_table(load(out), out.with_suffix(".md"))
@@ -480,9 +476,8 @@ def main() -> None:
             **({"variant": args.variant, "overrides": args.overrides} if args.variant else {}),
             "commit": rev, "machine": host, "finished": time.strftime("%Y-%m-%dT%H:%M:%S"),
         }
-        with lock, open(out, "a") as f:  # one line per finished run, appended at once
-            f.write(json.dumps(record) + "\n")
-            f.flush()
+        with lock:  # one line per finished run, appended at once
+            append_results(out, record)
             write_table(load(out), out.with_suffix(".md"))
         print(f"{lib} {env} {algo} seed {seed}: max eval {record['max_eval']:.1f}, final {record['final_eval']:.1f}, "
               f"{record['wall_s']:.0f} s", flush=True)

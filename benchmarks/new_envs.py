@@ -32,19 +32,14 @@ by default; ``--out ''`` records nothing).
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import statistics
-import subprocess
-import time
-from pathlib import Path
 from typing import Any
 
 import torch
 
+from common import ROOT, append_results, results_path, train_until
 from rlx.trainer import evaluate_policy, load_run_config
 
-ROOT = Path(__file__).resolve().parents[1]
 METRIC = "episodes/return_mean"
 
 
@@ -59,17 +54,8 @@ def train_to_threshold(name: str, seed: int, overrides: list[str]) -> dict[str, 
     threshold = run.trainer.stop_at[METRIC]
     algo = run.config.build(run.env_cls)
     warmup = getattr(algo.env, "max_episode_steps", 0) * algo.num_envs
-    best, reached_at = -math.inf, None
-    start = time.perf_counter()
-    while algo.env_steps < run.trainer.max_env_steps:
-        value = algo.collect()[METRIC]
-        algo.step()
-        if not math.isnan(value) and algo.env_steps >= warmup:
-            best = max(best, value)
-            if value >= threshold:
-                reached_at = algo.env_steps
-                break
-    train_s = time.perf_counter() - start
+    training = train_until(algo, METRIC, threshold, max_env_steps=run.trainer.max_env_steps, min_env_steps=warmup,
+                           step_on_goal=True)
     env = run.env_cls(256, None, device=algo.device)
     evaluation = evaluate_policy(algo.policy, env, episodes=256, max_steps=2 * env.max_episode_steps)
     return {
@@ -77,10 +63,10 @@ def train_to_threshold(name: str, seed: int, overrides: list[str]) -> dict[str, 
         "seed": seed,
         "overrides": overrides,
         "threshold": threshold,
-        "reached": reached_at is not None,
-        "best": best,
+        "reached": training.solved,
+        "best": training.best,
         "env_steps": algo.env_steps,
-        "train_s": train_s,
+        "train_s": training.seconds,
         **evaluation,
     }
 
@@ -91,12 +77,9 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0])
     parser.add_argument("--set", dest="overrides", nargs="*", default=[], help="config overrides, as rlx train --set")
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "new_envs.jsonl"))
+    parser.add_argument("--out", default=str(results_path("new_envs")))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT
-    ).stdout.strip()
     for name in args.envs:
         results = []
         for seed in args.seeds:
@@ -110,8 +93,7 @@ def main() -> None:
                 flush=True,
             )
             if args.out:
-                with open(args.out, "a") as f:
-                    f.write(json.dumps({**result, "torch": torch.__version__, "commit": commit}) + "\n")
+                append_results(args.out, result)
         if len(results) > 1:
             print(
                 f"{name}: reached {sum(r['reached'] for r in results)}/{len(results)} seeds; median "

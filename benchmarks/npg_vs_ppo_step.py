@@ -13,15 +13,13 @@ each after one warm-up, and the medians and their ratio are printed and appended
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
-import subprocess
 import time
-from pathlib import Path
 
 import torch
 
+from common import append_results, results_path
 from rlx import AlgorithmConfig, NPGConfig
 from rlx.envs import CartPole
 
@@ -68,14 +66,11 @@ def main() -> None:
     for name in ("npg", "trpo"):
         for base in ("ppo", "ppo_mb8192"):
             print(f"{name} / {base}: {medians[name] / medians[base]:.2f}x")
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else platform.processor() or "cpu"
-    out = Path(__file__).parent / "results" / "npg_vs_ppo_step.jsonl"
-    with out.open("a") as f:
-        f.write(json.dumps({
-            "num_envs": args.num_envs, "horizon": args.horizon, "median_ms": medians, "device": args.device,
-            "device_name": device_name, "threads": args.threads, "torch": torch.__version__, "commit": commit,
-        }) + "\n")
+    append_results(results_path("npg_vs_ppo_step"), {
+        "num_envs": args.num_envs, "horizon": args.horizon, "median_ms": medians, "device": args.device,
+        "device_name": device_name, "threads": args.threads,
+    })
 
 
 if __name__ == "__main__":

@@ -11,16 +11,12 @@ threshold, then the medians over the seeds. Results are appended as JSON lines t
 from __future__ import annotations
 
 import argparse
-import json
-import math
 import platform
 import statistics
-import subprocess
-import time
-from pathlib import Path
 
 import torch
 
+from common import append_results, results_path, train_until
 from rlx import AlgorithmConfig, NPGConfig
 from rlx.config import CommonConfig
 from rlx.envs import Pendulum
@@ -33,55 +29,19 @@ MODEL = {"hiddens": [64, 64], "activation_fn": "tanh"}
 
 def pendulum_config(algo: str, seed: int, device: str = "cpu") -> CommonConfig:
     """The config this benchmark measures for ``algo``."""
+    shared = dict(num_envs=64, horizon=64, optimizer_config={"lr": 1e-3}, model_config=MODEL, gamma=0.9,
+                  gae_lambda=0.95, max_grad_norm=0.5, normalize_rewards=True, device=device, seed=seed)
     if algo in ("npg", "trpo"):
-        return NPGConfig(
-            num_envs=64,
-            horizon=64,
-            max_kl=0.02,
-            line_search=algo == "trpo",
-            optimizer_config={"lr": 1e-3},
-            critic_minibatch_size=1024,
-            optim_critic_iters=5,
-            model_config=MODEL,
-            gamma=0.9,
-            gae_lambda=0.95,
-            max_grad_norm=0.5,
-            normalize_rewards=True,
-            device=device,
-            seed=seed,
-        )
-    return AlgorithmConfig(
-        num_envs=64,
-        horizon=64,
-        num_sgd_iters=10,
-        sgd_minibatch_size=1024,
-        optimizer_config={"lr": 1e-3},
-        model_config=MODEL,
-        gamma=0.9,
-        gae_lambda=0.95,
-        clip_param=0.2,
-        vf_clip_param=None,
-        max_grad_norm=0.5,
-        normalize_rewards=True,
-        device=device,
-        seed=seed,
-    )
+        return NPGConfig(**shared, max_kl=0.02, line_search=algo == "trpo", critic_minibatch_size=1024,
+                         optim_critic_iters=5)
+    return AlgorithmConfig(**shared, num_sgd_iters=10, sgd_minibatch_size=1024, clip_param=0.2, vf_clip_param=None)
 
 
 def run(algo_name: str, seed: int, max_env_steps: int, device: str) -> dict:
     algo = pendulum_config(algo_name, seed, device).build(Pendulum)
-    start = time.perf_counter()
-    best = -math.inf
-    while algo.env_steps < max_env_steps:
-        value = algo.collect()["episodes/return_mean"]
-        algo.step()
-        if not math.isnan(value):
-            best = max(best, value)
-            if value >= THRESHOLD:
-                break
-    elapsed = time.perf_counter() - start
-    solved = best >= THRESHOLD
-    return {"algo": algo_name, "seed": seed, "solved": solved, "env_steps": algo.env_steps, "train_s": elapsed, "best_return": best}
+    run = train_until(algo, "episodes/return_mean", THRESHOLD, max_env_steps=max_env_steps, step_on_goal=True)
+    return {"algo": algo_name, "seed": seed, "solved": run.solved, "env_steps": run.env_steps, "train_s": run.seconds,
+            "best_return": run.best}
 
 
 def main() -> None:
@@ -108,14 +68,8 @@ def main() -> None:
             f"{statistics.median(r['env_steps'] for r in solved):.0f} env steps, "
             f"{statistics.median(r['train_s'] for r in solved):.1f} s"
         )
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
-    out = Path(__file__).parent / "results" / "pendulum.jsonl"
-    out.parent.mkdir(exist_ok=True)
-    with out.open("a") as f:
-        for r in results:
-            meta = {"torch": torch.__version__, "threads": args.threads, "device": args.device,
-                    "machine": platform.processor() or platform.machine(), "commit": commit}
-            f.write(json.dumps({**r, **meta}) + "\n")
+    append_results(results_path("pendulum"), results, threads=args.threads, device=args.device,
+                   machine=platform.processor() or platform.machine())
 
 
 if __name__ == "__main__":

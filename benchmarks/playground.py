@@ -32,8 +32,9 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results" / "playground.jsonl"
+from common import append_results, results_path
+
+RESULTS = results_path("playground")
 TASK = "CartpoleBalance"
 EPISODE = 1000
 HIDDEN = [128, 128, 128]
@@ -188,7 +189,6 @@ def main() -> None:
     if args.table_only:
         write_table(out)
         return
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     for seed in args.seeds:
         for lib in args.libs:  # one after the other, alternating, each a fresh process
             cmd = [sys.executable, __file__, "--one", lib, str(seed), "--iterations", str(args.iterations),
@@ -201,9 +201,8 @@ def main() -> None:
                 continue
             record = {"lib": lib, "task": TASK, "seed": seed, "num_envs": args.num_envs, "horizon": args.horizon,
                       "iterations": args.iterations, "threads": args.threads, **json.loads(lines[-1][7:]),
-                      "commit": rev, "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
-            with open(out, "a") as f:
-                f.write(json.dumps(record) + "\n")
+                      "finished": time.strftime("%Y-%m-%dT%H:%M:%S")}
+            append_results(out, record)
             print(f"{lib} seed {seed}: {record['train_s']:.1f} s, return {record['eval_return']:.1f}", flush=True)
     write_table(out)
 

@@ -19,6 +19,8 @@ import statistics
 import time
 
 import torch
+
+from common import append_results
 from torch.profiler import ProfilerActivity, profile
 
 
@@ -97,8 +99,7 @@ def main() -> None:
     }
     print(json.dumps(row))
     if args.out:
-        with open(args.out, "a") as f:
-            f.write(json.dumps(row) + "\n")
+        append_results(args.out, row)
 
 
 if __name__ == "__main__":

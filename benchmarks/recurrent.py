@@ -21,38 +21,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import math
 import statistics
-import subprocess
-import time
-from pathlib import Path
 
 import torch
 
+from common import ROOT, append_results, results_path, train_until
 from rlx import AlgorithmConfig
 from rlx.trainer import load_run_config
-
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 
 TASKS = {
     "cue_recall": ("cue_recall_recurrent_ppo.yaml", "episodes/return_mean", 0.95, 2_000_000),
     "cartpole_no_velocity": ("cartpole_no_velocity_recurrent_ppo.yaml", "episodes/length_mean", 400.0, 2_000_000),
 }
-
-
-def _train(algo, key: str, threshold: float | None, max_env_steps: int) -> tuple[list[float], float]:
-    """Alternate collect and step until ``key`` reaches ``threshold``; returns the values and seconds."""
-    values = []
-    start = time.perf_counter()
-    while algo.env_steps < max_env_steps:
-        value = algo.collect()[key]
-        algo.step()
-        values.append(value)
-        if threshold is not None and not math.isnan(value) and value >= threshold:
-            break
-    return values, time.perf_counter() - start
 
 
 def _feedforward(task: str, run, seed: int):
@@ -71,26 +52,23 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    meta = {"torch": torch.__version__, "threads": args.threads, "commit": commit, "date": time.strftime("%Y-%m-%d")}
-    RESULTS.mkdir(exist_ok=True)
     for task in args.tasks:
         file, key, threshold, budget = TASKS[task]
         rows = []
         for seed in args.seeds:
             run = load_run_config(ROOT / "configs" / file, [f"config.seed={seed}"])
             algo = run.config.build(run.env_cls)
-            values, seconds = _train(algo, key, threshold, budget)
-            solved = values[-1] >= threshold
-            steps = algo.env_steps
+            training = train_until(algo, key, threshold, max_env_steps=budget, step_on_goal=True)
+            values, seconds, solved, steps = training.values, training.seconds, training.solved, training.env_steps
             ff = _feedforward(task, run, seed)
-            ff_values, _ = _train(ff, key, None, steps)
+            # The feedforward policy trains for the same env steps, whatever it reaches.
+            ff_values = train_until(ff, key, math.inf, max_env_steps=steps).values
             finite = [v for v in ff_values if not math.isnan(v)]
             ff_last = statistics.mean(finite[-20:]) if finite else math.nan
             row = {
                 "task": task, "seed": seed, "key": key, "threshold": threshold, "solved": solved, "env_steps": steps,
-                "seconds": seconds, "best": max(v for v in values if not math.isnan(v)),
-                "feedforward_best": max(finite) if finite else math.nan, "feedforward_last20_mean": ff_last, **meta,
+                "seconds": seconds, "best": training.best,
+                "feedforward_best": max(finite) if finite else math.nan, "feedforward_last20_mean": ff_last,
             }
             rows.append(row)
             print(
@@ -99,8 +77,7 @@ def main() -> None:
                 f"last-20 mean {ff_last:.2f}",
                 flush=True,
             )
-            with open(RESULTS / "recurrent.jsonl", "a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_results(results_path("recurrent"), row, threads=args.threads)
         print(
             f"{task}: median {statistics.median(r['env_steps'] for r in rows):,.0f} env steps, "
             f"{statistics.median(r['seconds'] for r in rows):.1f} s; solved {sum(r['solved'] for r in rows)}/{len(rows)}; "

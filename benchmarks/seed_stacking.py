@@ -21,20 +21,17 @@ from __future__ import annotations
 
 import argparse
 import copy
-import json
 import statistics
-import subprocess
 import time
-from pathlib import Path
 
 import torch
 from torch.func import functional_call, stack_module_state, vmap
 from torchrl.data import Bounded, Unbounded
 
+from common import append_results, results_path
 from rlx.models import MLPActorCritic
 from rlx.seeds import StackedMLPActorCritic
 
-ROOT = Path(__file__).resolve().parent.parent
 OBS, ACT = 17, 6
 
 
@@ -104,19 +101,16 @@ def main() -> None:
     parser.add_argument("--batch", type=int, nargs="+", default=[256, 2048])
     parser.add_argument("--hiddens", type=int, nargs="+", default=[64, 64])
     parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "seed_stacking.jsonl"))
+    parser.add_argument("--out", default=str(results_path("seed_stacking")))
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    rev = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
     print("| S | batch per seed | loop ms | bmm ms (x loop) | vmap ms (x loop) |\n|---|---|---|---|---|")
-    with open(args.out, "a") as f:
-        for n in args.batch:
-            for S in args.seeds:
-                ms = measure(S, n, args.hiddens)
-                f.write(json.dumps({"seeds": S, "batch": n, "hiddens": args.hiddens, "threads": args.threads, **ms,
-                                    "torch": torch.__version__, "commit": rev}) + "\n")
-                print(f"| {S} | {n} | {ms['loop']:.2f} | {ms['bmm']:.2f} ({ms['bmm'] / ms['loop']:.2f}) | "
-                      f"{ms['vmap']:.2f} ({ms['vmap'] / ms['loop']:.2f}) |", flush=True)
+    for n in args.batch:
+        for S in args.seeds:
+            ms = measure(S, n, args.hiddens)
+            append_results(args.out, {"seeds": S, "batch": n, "hiddens": args.hiddens, "threads": args.threads, **ms})
+            print(f"| {S} | {n} | {ms['loop']:.2f} | {ms['bmm']:.2f} ({ms['bmm'] / ms['loop']:.2f}) | "
+                  f"{ms['vmap']:.2f} ({ms['vmap'] / ms['loop']:.2f}) |", flush=True)
 
 
 if __name__ == "__main__":

@@ -19,20 +19,14 @@ The throughput of S = 1, 4, 16, 64 seeds at a fixed B per seed is ``rlx bench``'
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
-import time
 from pathlib import Path
 
 import torch
 
-from rlx.bench import cpu_name
+from common import RESULTS, ROOT, append_results, results_path, run_fields
 from rlx.run_config import load_run_config
 from rlx.trainer import Trainer
-
-ROOT = Path(__file__).resolve().parent.parent
-RESULTS = ROOT / "benchmarks" / "results"
 
 
 def train_once(config_path: str, seeds: int) -> dict:
@@ -59,19 +53,17 @@ def main() -> None:
     parser.add_argument("--table", default="seeds.md", help="markdown table's name in benchmarks/results/")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-    meta = {"cpu": cpu_name(), "threads": args.threads, "torch": torch.__version__, "commit": commit,
-            "date": time.strftime("%Y-%m-%d")}
+    meta = run_fields()
+    commit = meta["commit"]
     RESULTS.mkdir(parents=True, exist_ok=True)
     table = []
     for config in args.configs:
         runs: dict[int, list[dict]] = {1: [], args.seeds: []}
         for _ in range(args.repeats):
             for seeds in (1, args.seeds):  # interleaved: drift hits both alike
-                row = {**meta, **train_once(str(ROOT / config), seeds)}
+                row = train_once(str(ROOT / config), seeds)
                 runs[seeds].append(row)
-                with open(RESULTS / "seeds.jsonl", "a") as f:
-                    f.write(json.dumps(row) + "\n")
+                append_results(results_path("seeds"), row, threads=args.threads)
                 print(f"{config} seeds={seeds}: {row['wall_s']:.1f} s, {row['env_steps']:,} env steps per seed, "
                       f"{row['reached']}/{seeds} reached ({row['stop_reason']})", flush=True)
         one = statistics.median(r["wall_s"] for r in runs[1])

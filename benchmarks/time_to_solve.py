@@ -37,22 +37,17 @@ Pendulum is run for the rlx systems only. Appends every run to
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import statistics
-import subprocess
 import time
-from pathlib import Path
 from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from rlx.bench import cpu_name
+from common import ROOT, append_results, results_path, train_until
 from rlx.envs import CartPole
 
-ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 #: RL-Zoo's ``n_timesteps`` for PPO on CartPole-v1, the length of its linear lr and clip schedules.
 RL_ZOO_CARTPOLE_STEPS = 100_000
 GOALS = {"cartpole": ("episodes/length_mean", 475.0), "pendulum": ("episodes/return_mean", -250.0)}
@@ -74,18 +69,9 @@ def run_rlx(algo_name: str, task: str, seed: int, budget_s: float) -> Result:
 
     run = load_run_config(ROOT / "configs" / f"{task}_{algo_name}.yaml", [f"config.seed={seed}"])
     algo = run.config.build(run.env_cls)
-    key, goal = GOALS[task]
-    best = -math.inf
-    start = time.perf_counter()
-    while time.perf_counter() - start < budget_s:
-        # Judged on the rollout before training on it, as every system here is.
-        value = algo.collect()[key]
-        if not math.isnan(value):
-            best = max(best, value)
-            if value >= goal:
-                return _result(True, algo.env_steps, time.perf_counter() - start, best)
-        algo.step()
-    return _result(False, algo.env_steps, time.perf_counter() - start, best)
+    # Judged on the rollout before training on it, as every system here is.
+    training = train_until(algo, *GOALS[task], budget_s=budget_s)
+    return _result(training.solved, training.env_steps, training.seconds, training.best)
 
 
 # -- TorchRL -----------------------------------------------------------------------------
@@ -309,10 +295,6 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    meta: dict[str, Any] = {"torch": torch.__version__, "threads": args.threads, "commit": commit, "cpu": cpu_name(),
-                            "budget_s": args.budget_s, "date": time.strftime("%Y-%m-%d")}
-    RESULTS.mkdir(exist_ok=True)
     table = ["| task | system | solved | median env steps | median seconds | best (median) |", "|---|---|---|---|---|---|"]
     for task in args.tasks:
         for name, runner in _runners(task, args.budget_s).items():
@@ -328,8 +310,8 @@ def main() -> None:
                 results.append(result)
                 print(f"{task} {name} seed {seed}: {'solved' if result['solved'] else 'NOT solved'} in "
                       f"{result['env_steps']:,} env steps, {result['seconds']:.1f} s (best {result['best']:.1f})", flush=True)
-                with open(RESULTS / "time_to_solve.jsonl", "a") as f:
-                    f.write(json.dumps({"task": task, "system": name, "seed": seed, **result, **meta}) + "\n")
+                append_results(results_path("time_to_solve"), {"task": task, "system": name, "seed": seed, **result},
+                               threads=args.threads, budget_s=args.budget_s)
             solved = [r for r in results if r["solved"]]
             steps = f"{statistics.median(r['env_steps'] for r in solved):,.0f}" if solved else "-"
             # Unsolved seeds count as the whole budget: a lower bound on their time.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import io
+import math
 from typing import Any
 
 import pytest
@@ -128,23 +130,54 @@ def masked_choice_env() -> type[MaskedChoiceEnv]:
     return MaskedChoiceEnv
 
 
+def best_until(algo: Any, metric: str, goal: float, max_env_steps: int) -> float:
+    """Train ``algo`` (collect, then step on that rollout) until a collect's ``metric``
+    reaches ``goal`` or ``max_env_steps`` run out: the learning tests' loop.
+
+    Returns:
+        The best value of ``metric`` (NaN, when no episode ended, never counts; ``-inf``
+        if no value did).
+    """
+    best = -math.inf
+    while algo.env_steps < max_env_steps and best < goal:
+        value = algo.collect()[metric]
+        algo.step()
+        if not math.isnan(value):
+            best = max(best, value)
+    return best
+
+
+def through_bytes(state: dict[str, Any]) -> dict[str, Any]:
+    """``state`` saved with ``torch.save`` and loaded back with ``weights_only=True``, as
+    from a checkpoint file: it loads only if it holds plain tensors and containers."""
+    blob = io.BytesIO()
+    torch.save(state, blob)
+    blob.seek(0)
+    return torch.load(blob, weights_only=True)
+
+
+@pytest.fixture
+def saved_and_loaded() -> Any:
+    """:func:`through_bytes`, for the state round-trip tests."""
+    return through_bytes
+
+
+@pytest.fixture
+def train_best() -> Any:
+    """:func:`best_until`, for the learning tests."""
+    return best_until
+
+
 def best_pendulum_return(env_cls, *, max_env_steps: int = 400_000, goal: float = -400.0) -> tuple[float, int]:
     """Train PPO (the shipped Pendulum settings) on ``env_cls`` until the mean episode
     return reaches ``goal`` or the budget ends: ``(best return, env steps)``. The learning
     test every Pendulum-shaped adapter runs."""
-    import math
-
     from rlx import AlgorithmConfig
 
     algo = AlgorithmConfig(num_envs=64, horizon=64, num_sgd_iters=10, sgd_minibatch_size=1024, gamma=0.9,
                            optimizer_config={"lr": 1e-3}, model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
                            vf_clip_param=None, max_grad_norm=0.5, device="cpu", seed=0).build(env_cls)
-    best = -math.inf
-    while algo.env_steps < max_env_steps and best < goal:
-        value = algo.collect()["episodes/return_mean"]
-        algo.step()
-        best = max(best, value) if value == value else best
-    return best, algo.env_steps
+    return best_until(algo, "episodes/return_mean", goal, max_env_steps), algo.env_steps
 
 
 @pytest.fixture

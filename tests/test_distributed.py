@@ -35,6 +35,17 @@ def _torchrun(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env())
 
 
+def _config_mismatch_messages(tmp_path: Path, mode: str) -> list[str]:
+    """Run the worker's ``mode`` on two ranks whose configs differ: it fails, and every
+    rank's error says so. Returns the two ranks' messages."""
+    out = tmp_path / "err"
+    result = _torchrun(WORKER, mode, "8", str(out), timeout=120)
+    assert result.returncode != 0
+    messages = [Path(f"{out}.rank{rank}").read_text() for rank in (0, 1)]
+    assert all("the algorithm config differs across ranks" in message for message in messages)
+    return messages
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ppo", "npg", "recurrent_ppo", "rsl_rl_groups", "ppo_seeds", "npg_seeds"])
 def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: str) -> None:
@@ -91,23 +102,13 @@ def test_a_seed_done_on_rank_zero_stops_updating_on_every_rank(tmp_path) -> None
 
 @pytest.mark.slow
 def test_mismatched_configs_fail_on_every_rank_with_a_clear_error(tmp_path) -> None:
-    out = tmp_path / "err"
-    result = _torchrun(WORKER, "mismatch", "8", str(out), timeout=120)
-    assert result.returncode != 0
-    for rank in (0, 1):
-        message = Path(f"{out}.rank{rank}").read_text()
-        assert "the algorithm config differs across ranks" in message
+    for message in _config_mismatch_messages(tmp_path, "mismatch"):
         assert "num_envs: rank 0=4, rank 1=5" in message
 
 
 @pytest.mark.slow
 def test_ranks_binding_other_env_kwargs_fail_with_a_clear_error(tmp_path) -> None:
-    out = tmp_path / "err"
-    result = _torchrun(WORKER, "mismatch_env_kwargs", "8", str(out), timeout=120)
-    assert result.returncode != 0
-    for rank in (0, 1):
-        message = Path(f"{out}.rank{rank}").read_text()
-        assert "the algorithm config differs across ranks" in message
+    for message in _config_mismatch_messages(tmp_path, "mismatch_env_kwargs"):
         assert "'env_kwargs': {'delay': 4}" in message and "'env_kwargs': {'delay': 8}" in message
 
 

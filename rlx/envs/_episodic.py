@@ -7,6 +7,7 @@ from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict
+from torchrl.data import TensorSpec, Unbounded
 
 from rlx.env import Env, load_state_tensors
 
@@ -16,25 +17,50 @@ __all__ = ["EpisodicEnv"]
 class EpisodicEnv(Env):
     """A batch of sub-envs with a ``[B, S]`` state, a step counter and a time limit.
 
-    Subclasses set the specs, call :meth:`_allocate_state`, and implement
-    :meth:`_initial_states` (fresh ``[B, S]`` states) and ``step``, which computes the
-    next states, rewards and terminal flags and returns :meth:`_end_step`. That handles
-    the time limit (``truncated`` never set together with ``terminated``), the auto-reset
-    and the output TensorDict. Every sub-env draws a reset state on every step, used or
-    not, so a step has the same shapes and RNG consumption whatever ends: no
-    data-dependent control flow, and the buffers are updated in place, so a captured
-    CUDA graph keeps reading the live state.
+    Subclasses set :attr:`max_episode_steps`, :attr:`obs_size`, :attr:`state_size` (and
+    :attr:`state_dtype`), and implement :meth:`_action_spec`, :meth:`_initial_states`
+    (fresh ``[B, S]`` states) and ``step``, which computes the next states, rewards and
+    terminal flags and returns :meth:`_end_step`. That handles the time limit
+    (``truncated`` never set together with ``terminated``), the auto-reset and the
+    output TensorDict. Every sub-env draws a reset state on every step, used or not, so
+    a step has the same shapes and RNG consumption whatever ends: no data-dependent
+    control flow, and the buffers are updated in place, so a captured CUDA graph keeps
+    reading the live state.
+
+    Args:
+        num_envs: Number of sub-envs ``B``.
+        horizon: Unused; part of the env constructor protocol.
+        device: Device of the state and of every returned tensor.
     """
 
     graph_safe: ClassVar[bool] = True
     #: Time limit of an episode, in steps.
     max_episode_steps: ClassVar[int]
+    #: ``D``: one sub-env's observation is ``[D]`` float32 (``observation_spec``).
+    obs_size: ClassVar[int]
+    #: ``S``: one sub-env's state is ``[S]`` of :attr:`state_dtype`.
+    state_size: ClassVar[int]
+    state_dtype: ClassVar[torch.dtype] = torch.float32
 
-    def _allocate_state(self, size: int, dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        num_envs: int,
+        /,
+        horizon: int | None = None,
+        *,
+        device: torch.device | str = "cpu",
+    ) -> None:
+        super().__init__(num_envs, horizon, device=device)
+        self.observation_spec = Unbounded(shape=(self.obs_size,), device=self.device)
+        self.action_spec = self._action_spec()
         #: ``[B, S]`` simulator state.
-        self.state = torch.zeros(self.num_envs, size, dtype=dtype, device=self.device)
+        self.state = torch.zeros(self.num_envs, self.state_size, dtype=self.state_dtype, device=self.device)
         #: ``[B]`` int64: steps taken in each sub-env's current episode.
         self.steps = torch.zeros(self.num_envs, dtype=torch.int64, device=self.device)
+
+    @abstractmethod
+    def _action_spec(self) -> TensorSpec:
+        """Spec of one sub-env's action, on the env's device."""
 
     @abstractmethod
     def _initial_states(self) -> torch.Tensor:

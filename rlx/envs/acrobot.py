@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 from tensordict import TensorDict
-from torchrl.data import Categorical, Unbounded
+from torchrl.data import Categorical
 
 from rlx.envs._episodic import EpisodicEnv
 
@@ -46,15 +46,8 @@ class Acrobot(EpisodicEnv):
     CPU; observations are rounded to float32 as gymnasium's are. Float64 costs little
     here (a few hundred flops per sub-env and step) but is slow on GPUs without
     float64 throughput.
-
-    Args:
-        num_envs: Number of sub-envs ``B``.
-        horizon: Unused; part of the env constructor protocol.
-        device: Device of the state and of every returned tensor.
     """
 
-    graph_safe: ClassVar[bool] = True
-    #: Time limit of an episode, in steps.
     max_episode_steps: ClassVar[int] = 500
 
     #: Integration step, in seconds.
@@ -73,19 +66,12 @@ class Acrobot(EpisodicEnv):
     max_vel_2: ClassVar[float] = 9 * math.pi
     #: Half-width of the uniform reset interval of every state variable.
     reset_bound: ClassVar[float] = 0.1
+    obs_size: ClassVar[int] = 6
+    state_size: ClassVar[int] = 4  # theta1, theta2, theta1_dot, theta2_dot
+    state_dtype: ClassVar[torch.dtype] = torch.float64
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(num_envs, horizon, device=device)
-        self.observation_spec = Unbounded(shape=(6,), device=self.device)
-        self.action_spec = Categorical(3, device=self.device)
-        self._allocate_state(4, torch.float64)  # theta1, theta2, theta1_dot, theta2_dot
+    def _action_spec(self) -> Categorical:
+        return Categorical(3, device=self.device)
 
     def _initial_states(self) -> torch.Tensor:
         """Draw a fresh state for every sub-env, ``[B, 4]`` float64."""

@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 from tensordict import TensorDict
-from torchrl.data import Categorical, Unbounded
+from torchrl.data import Categorical
 
 from rlx.envs._episodic import EpisodicEnv
 
@@ -34,15 +34,8 @@ class CartPole(EpisodicEnv):
     The physics is gymnasium's ``"euler"`` integrator with a 0.02 s step, computed in
     float32 on the env's device, so it matches gymnasium's float64 simulation to about
     1e-6 per step.
-
-    Args:
-        num_envs: Number of sub-envs ``B``.
-        horizon: Unused; part of the env constructor protocol.
-        device: Device of the state and of every returned tensor.
     """
 
-    graph_safe: ClassVar[bool] = True
-    #: Time limit of an episode, in steps.
     max_episode_steps: ClassVar[int] = 500
 
     gravity: ClassVar[float] = 9.8
@@ -57,6 +50,8 @@ class CartPole(EpisodicEnv):
     theta_threshold: ClassVar[float] = 12 * 2 * math.pi / 360
     #: Half-width of the uniform reset interval of every state variable.
     reset_bound: ClassVar[float] = 0.05
+    obs_size: ClassVar[int] = 4
+    state_size: ClassVar[int] = 4  # x, x_dot, theta, theta_dot
 
     def __init__(
         self,
@@ -67,9 +62,6 @@ class CartPole(EpisodicEnv):
         device: torch.device | str = "cpu",
     ) -> None:
         super().__init__(num_envs, horizon, device=device)
-        self.observation_spec = Unbounded(shape=(4,), device=self.device)
-        self.action_spec = Categorical(2, device=self.device)
-        self._allocate_state(4)  # x, x_dot, theta, theta_dot
         # Both thresholds round UP to float32 (2.4 becomes 2.4000001), so comparing a float32
         # state with them would call a cart at 2.4000001 inside where gymnasium's float64
         # test calls it outside. Against the largest float32 at or below each threshold,
@@ -77,10 +69,12 @@ class CartPole(EpisodicEnv):
         self._x_limit = _float32_at_or_below(self.x_threshold)
         self._theta_limit = _float32_at_or_below(self.theta_threshold)
 
+    def _action_spec(self) -> Categorical:
+        return Categorical(2, device=self.device)
+
     def _initial_states(self) -> torch.Tensor:
         """Draw a fresh state for every sub-env, ``[B, 4]``."""
         return torch.empty(self.num_envs, 4, device=self.device).uniform_(-self.reset_bound, self.reset_bound)
-
 
     def _next_states(self, state: torch.Tensor, push_right: torch.Tensor) -> torch.Tensor:
         """One Euler step of the frictionless cart-pole equations of motion (Florian, 2007).
@@ -146,16 +140,7 @@ class CartPoleNoVelocity(CartPole):
     do from one observation.
     """
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(num_envs, horizon, device=device)
-        self.observation_spec = Unbounded(shape=(2,), device=self.device)
+    obs_size: ClassVar[int] = 2
 
     def _obs(self, state: torch.Tensor) -> torch.Tensor:
         """Cart position and pole angle of ``[B, 4]`` states, ``[B, 2]``."""

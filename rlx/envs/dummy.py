@@ -2,16 +2,26 @@
 
 Both are infinite-horizon envs in rl8's protocol: ``step`` returns only ``obs`` and
 ``rewards``, never ``terminated`` or ``truncated``, so they also exercise rlx's support
-for envs without episode ends.
+for envs without episode ends. They differ only in their actions; otherwise:
+
+* Observation ``[B, 1]`` float32: the position.
+* Reward: ``-|position|`` after the move, ``[B, 1]``.
+* Terminated / truncated: never (infinite horizon; neither key is returned).
+* Reset: position uniform in ``[-bounds, bounds]``, ``bounds`` 100 unless
+  ``reset(config={"bounds": x})`` sets another value, kept for later resets.
+
+Both take the env constructor's arguments: ``num_envs`` (``B``), ``horizon`` (unused) and
+``device`` (of the state and of every returned tensor).
 """
 
 from __future__ import annotations
 
+from abc import abstractmethod
 from typing import Any, ClassVar
 
 import torch
 from tensordict import TensorDict
-from torchrl.data import Categorical, Unbounded
+from torchrl.data import Categorical, TensorSpec, Unbounded
 
 from rlx.env import Env, load_state_tensors
 
@@ -21,7 +31,8 @@ __all__ = ["DiscreteDummyEnv", "ContinuousDummyEnv"]
 class _DummyEnv(Env):
     """State, reset and checkpointing shared by the two dummy envs.
 
-    Subclasses set ``action_spec`` and turn actions into a displacement in ``step``.
+    Subclasses implement :meth:`_action_spec` and turn actions into a displacement in
+    ``step``.
     """
 
     graph_safe: ClassVar[bool] = True
@@ -38,10 +49,15 @@ class _DummyEnv(Env):
     ) -> None:
         super().__init__(num_envs, horizon, device=device)
         self.observation_spec = Unbounded(shape=(1,), device=self.device)
+        self.action_spec = self._action_spec()
         # A Python float, not a tensor: ``uniform_`` takes it without a device read.
         self.bounds = self.default_bounds
         # Updated in place so that its address never changes (CUDA-graph replay reads it).
         self.state = torch.zeros(num_envs, 1, device=self.device)
+
+    @abstractmethod
+    def _action_spec(self) -> TensorSpec:
+        """Spec of one sub-env's action, on the env's device."""
 
     def reset(self, *, config: dict[str, Any] | None = None) -> torch.Tensor:
         """Draw every position uniformly in ``[-bounds, bounds]``.
@@ -79,30 +95,14 @@ class _DummyEnv(Env):
 class DiscreteDummyEnv(_DummyEnv):
     """Step one unit left or right along a line; rl8's ``DiscreteDummyEnv``.
 
-    * Observation ``[B, 1]`` float32: the position.
     * Action ``[B, 1]`` int64, ``Categorical(2)``: 0 moves by -1, 1 moves by +1
       (``position += 2 * action - 1``).
-    * Reward: ``-|position|`` after the move, ``[B, 1]``.
-    * Terminated / truncated: never (infinite horizon; neither key is returned).
-    * Reset: position uniform in ``[-bounds, bounds]``, ``bounds`` 100 unless
-      ``reset(config={"bounds": x})`` sets another value, kept for later resets.
 
-    Args:
-        num_envs: Number of sub-envs ``B``.
-        horizon: Unused; part of the env constructor protocol.
-        device: Device of the state and of every returned tensor.
+    Observation, reward, reset and constructor: see the module docstring.
     """
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(num_envs, horizon, device=device)
-        self.action_spec = Categorical(2, shape=torch.Size([1]), device=self.device)
+    def _action_spec(self) -> Categorical:
+        return Categorical(2, shape=torch.Size([1]), device=self.device)
 
     def step(self, actions: torch.Tensor) -> TensorDict:
         """Move every sub-env; ``actions`` is ``[B, 1]`` (or ``[B]``) with values in {0, 1}."""
@@ -113,31 +113,14 @@ class DiscreteDummyEnv(_DummyEnv):
 class ContinuousDummyEnv(_DummyEnv):
     """Move any distance along a line; rl8's ``ContinuousDummyEnv``.
 
-    * Observation ``[B, 1]`` float32: the position.
     * Action ``[B, 1]`` float, ``Unbounded``: the displacement (``position += action``).
-    * Reward: ``-|position|`` after the move, ``[B, 1]``.
-    * Terminated / truncated: never (infinite horizon; neither key is returned).
-    * Reset: position uniform in ``[-bounds, bounds]``, ``bounds`` 100 unless
-      ``reset(config={"bounds": x})`` sets another value, kept for later resets.
 
-    Args:
-        num_envs: Number of sub-envs ``B``.
-        horizon: Unused; part of the env constructor protocol.
-        device: Device of the state and of every returned tensor.
+    Observation, reward, reset and constructor: see the module docstring.
     """
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(num_envs, horizon, device=device)
-        self.action_spec = Unbounded(shape=(1,), device=self.device)
+    def _action_spec(self) -> Unbounded:
+        return Unbounded(shape=(1,), device=self.device)
 
     def step(self, actions: torch.Tensor) -> TensorDict:
         """Move every sub-env by its action, ``[B, 1]``."""
         return self._move(actions.reshape(self.num_envs, 1).to(self.state.dtype))
-

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import torch
 from tensordict import TensorDict
-from torchrl.data import Categorical, Unbounded
+from torchrl.data import Categorical
 
 from rlx.envs._episodic import EpisodicEnv
 
@@ -38,7 +38,8 @@ class CueRecall(EpisodicEnv):
         delay: Steps from the cue to the query (at least 1).
     """
 
-    graph_safe: ClassVar[bool] = True
+    obs_size: ClassVar[int] = 3
+    state_size: ClassVar[int] = 2  # cue (0 or 1), step within the episode
 
     def __init__(
         self,
@@ -55,9 +56,9 @@ class CueRecall(EpisodicEnv):
         self.delay = delay
         # The query ends every episode first, so the time limit never truncates.
         self.max_episode_steps = delay + 2
-        self.observation_spec = Unbounded(shape=(3,), device=self.device)
-        self.action_spec = Categorical(2, device=self.device)
-        self._allocate_state(2)  # cue (0 or 1), step within the episode
+
+    def _action_spec(self) -> Categorical:
+        return Categorical(2, device=self.device)
 
     def _initial_states(self) -> torch.Tensor:
         """A fresh cue per sub-env, at step 0: ``[B, 2]``."""

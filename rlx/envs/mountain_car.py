@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import torch
 from tensordict import TensorDict
-from torchrl.data import Bounded, Unbounded
+from torchrl.data import Bounded
 
 from rlx.envs._episodic import EpisodicEnv
 
@@ -42,15 +42,8 @@ class MountainCarContinuous(EpisodicEnv):
     PPO finds the goal only by chance at first: the +100 is sparse and every push
     costs, so a policy that learns to stand still is a common local optimum. A large
     initial action noise and a long discount help (``configs/mountain_car_continuous_ppo.yaml``).
-
-    Args:
-        num_envs: Number of sub-envs ``B``.
-        horizon: Unused; part of the env constructor protocol.
-        device: Device of the state and of every returned tensor.
     """
 
-    graph_safe: ClassVar[bool] = True
-    #: Time limit of an episode, in steps.
     max_episode_steps: ClassVar[int] = 999
 
     max_force: ClassVar[float] = 1.0
@@ -66,19 +59,11 @@ class MountainCarContinuous(EpisodicEnv):
     goal_reward: ClassVar[float] = 100.0
     #: Coefficient of the ``action²`` cost.
     action_cost_coeff: ClassVar[float] = 0.1
+    obs_size: ClassVar[int] = 2
+    state_size: ClassVar[int] = 2  # position, velocity
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(num_envs, horizon, device=device)
-        self.observation_spec = Unbounded(shape=(2,), device=self.device)
-        self.action_spec = Bounded(-self.max_force, self.max_force, shape=(1,), device=self.device)
-        self._allocate_state(2)  # position, velocity
+    def _action_spec(self) -> Bounded:
+        return Bounded(-self.max_force, self.max_force, shape=(1,), device=self.device)
 
     def _initial_states(self) -> torch.Tensor:
         """Draw a fresh state for every sub-env, ``[B, 2]``."""

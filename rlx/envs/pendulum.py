@@ -7,7 +7,7 @@ from typing import ClassVar
 
 import torch
 from tensordict import TensorDict
-from torchrl.data import Bounded, Unbounded
+from torchrl.data import Bounded
 
 from rlx.envs._episodic import EpisodicEnv
 
@@ -32,15 +32,8 @@ class Pendulum(EpisodicEnv):
 
     Semi-implicit Euler with a 0.05 s step and the speed clipped to ±8 rad/s, as
     gymnasium; computed in float32 on the env's device.
-
-    Args:
-        num_envs: Number of sub-envs ``B``.
-        horizon: Unused; part of the env constructor protocol.
-        device: Device of the state and of every returned tensor.
     """
 
-    graph_safe: ClassVar[bool] = True
-    #: Time limit of an episode, in steps.
     max_episode_steps: ClassVar[int] = 200
 
     max_speed: ClassVar[float] = 8.0
@@ -50,6 +43,8 @@ class Pendulum(EpisodicEnv):
     gravity: ClassVar[float] = 10.0
     mass: ClassVar[float] = 1.0
     length: ClassVar[float] = 1.0
+    obs_size: ClassVar[int] = 3
+    state_size: ClassVar[int] = 2  # theta, theta_dot
 
     def __init__(
         self,
@@ -60,12 +55,12 @@ class Pendulum(EpisodicEnv):
         device: torch.device | str = "cpu",
     ) -> None:
         super().__init__(num_envs, horizon, device=device)
-        self.observation_spec = Unbounded(shape=(3,), device=self.device)
-        self.action_spec = Bounded(-self.max_torque, self.max_torque, shape=(1,), device=self.device)
-        self._allocate_state(2)  # theta, theta_dot
         # Made once: building it from Python numbers inside ``step`` would be a
         # host-to-device copy on every step.
         self._reset_high = torch.tensor([math.pi, 1.0], device=self.device)
+
+    def _action_spec(self) -> Bounded:
+        return Bounded(-self.max_torque, self.max_torque, shape=(1,), device=self.device)
 
     def _initial_states(self) -> torch.Tensor:
         """Draw a fresh state for every sub-env, ``[B, 2]``."""
@@ -75,7 +70,6 @@ class Pendulum(EpisodicEnv):
         """Observe ``[B, 2]`` states as ``[B, 3]`` (cos theta, sin theta, theta_dot)."""
         theta, theta_dot = state.unbind(-1)
         return torch.stack([torch.cos(theta), torch.sin(theta), theta_dot], dim=-1)
-
 
     def step(self, actions: torch.Tensor) -> TensorDict:
         """Apply a torque to every pendulum, and reset those that reach the time limit.

@@ -6,7 +6,7 @@ from typing import ClassVar
 
 import torch
 from tensordict import TensorDict
-from torchrl.data import Bounded, Unbounded
+from torchrl.data import Bounded
 
 from rlx.envs._episodic import EpisodicEnv
 
@@ -43,15 +43,8 @@ class PointMass(EpisodicEnv):
     A random policy scores about -190 per episode (it almost never reaches the goal);
     a hand-tuned proportional-derivative controller, ``a = clip(10 (g - p) - 3 v)``,
     reaches every goal in about 16 steps and scores about +0.3.
-
-    Args:
-        num_envs: Number of sub-envs ``B``.
-        horizon: Unused; part of the env constructor protocol.
-        device: Device of the state and of every returned tensor.
     """
 
-    graph_safe: ClassVar[bool] = True
-    #: Time limit of an episode, in steps.
     max_episode_steps: ClassVar[int] = 200
 
     #: Integration step.
@@ -65,20 +58,12 @@ class PointMass(EpisodicEnv):
     goal_bonus: ClassVar[float] = 10.0
     #: Coefficient of the ``|a|²`` cost.
     action_cost_coeff: ClassVar[float] = 0.01
+    obs_size: ClassVar[int] = 6
+    # The goal is part of the state, so ``state_dict`` checkpoints it with the rest.
+    state_size: ClassVar[int] = 6  # position (2), velocity (2), goal (2)
 
-    def __init__(
-        self,
-        num_envs: int,
-        /,
-        horizon: int | None = None,
-        *,
-        device: torch.device | str = "cpu",
-    ) -> None:
-        super().__init__(num_envs, horizon, device=device)
-        self.observation_spec = Unbounded(shape=(6,), device=self.device)
-        self.action_spec = Bounded(-1.0, 1.0, shape=(2,), device=self.device)
-        # The goal is part of the state, so ``state_dict`` checkpoints it with the rest.
-        self._allocate_state(6)  # position (2), velocity (2), goal (2)
+    def _action_spec(self) -> Bounded:
+        return Bounded(-1.0, 1.0, shape=(2,), device=self.device)
 
     def _initial_states(self) -> torch.Tensor:
         """Draw a fresh state and goal for every sub-env, ``[B, 6]``."""

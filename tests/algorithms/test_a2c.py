@@ -107,14 +107,10 @@ def test_rmsprop_as_in_the_original() -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize("name, key, goal", [("cartpole_a2c", "episodes/length_mean", 475.0),
                                              ("pendulum_a2c", "episodes/return_mean", -250.0)])
-def test_shipped_configs_solve_within_their_budget(name: str, key: str, goal: float) -> None:
+def test_shipped_configs_solve_within_their_budget(name: str, key: str, goal: float, train_best) -> None:
     run = load_run_config(ROOT / "configs" / f"{name}.yaml")
     algo = run.config.build(run.env_cls)
-    best = -math.inf
-    while algo.env_steps < run.trainer.max_env_steps and best < goal:
-        value = algo.collect()[key]
-        algo.step()
-        best = max(best, value) if value == value else best
+    best = train_best(algo, key, goal, run.trainer.max_env_steps)
     assert best >= goal, (name, best, algo.env_steps)
 
 

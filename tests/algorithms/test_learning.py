@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import pytest
 
 from rlx import AlgorithmConfig
@@ -11,23 +9,11 @@ from rlx.envs import CartPole, ContinuousDummyEnv
 from rlx.examples.cartpole import SOLVED_LENGTH, cartpole_config
 
 
-def _train_until(algo, key: str, threshold: float, max_env_steps: int) -> float:
-    best = -math.inf
-    while algo.env_steps < max_env_steps:
-        value = algo.collect()[key]
-        algo.step()
-        if not math.isnan(value):
-            best = max(best, value)
-            if value >= threshold:
-                break
-    return best
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
-def test_ppo_solves_cartpole_within_300k_env_steps(seed: int) -> None:
+def test_ppo_solves_cartpole_within_300k_env_steps(seed: int, train_best) -> None:
     algo = cartpole_config(seed=seed, device="cpu").build(CartPole)
-    best = _train_until(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
+    best = train_best(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
     assert best >= SOLVED_LENGTH, f"best mean episode length {best:.1f} after {algo.env_steps} env steps"
 
 
@@ -68,20 +54,20 @@ def test_memory_does_not_grow_across_iterations(algorithm: str) -> None:
 
 
 @pytest.mark.slow
-def test_ppo_with_bf16_autocast_solves_cartpole_on_cpu() -> None:
+def test_ppo_with_bf16_autocast_solves_cartpole_on_cpu(train_best) -> None:
     import dataclasses
 
     algo = dataclasses.replace(cartpole_config(seed=0, device="cpu"), enable_amp=True).build(CartPole)
-    best = _train_until(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
+    best = train_best(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
     assert best >= SOLVED_LENGTH, f"best mean episode length {best:.1f} after {algo.env_steps} env steps"
 
 
 @pytest.mark.slow
-def test_ppo_with_micro_batches_solves_cartpole() -> None:
+def test_ppo_with_micro_batches_solves_cartpole(train_best) -> None:
     import dataclasses
 
     # 512-sample minibatches in 128-sample passes: the same gradient up to float rounding.
     algo = dataclasses.replace(cartpole_config(seed=0, device="cpu"), micro_batch_size=128).build(CartPole)
     assert algo._micro_units < 512  # the passes really are split
-    best = _train_until(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
+    best = train_best(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
     assert best >= SOLVED_LENGTH, f"best mean episode length {best:.1f} after {algo.env_steps} env steps"

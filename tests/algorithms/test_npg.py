@@ -205,19 +205,12 @@ def test_bad_npg_fields_raise_naming_the_field(field: str, value) -> None:
 
 
 @pytest.mark.slow
-def test_npg_solves_cartpole_within_300k_env_steps() -> None:
+def test_npg_solves_cartpole_within_300k_env_steps(train_best) -> None:
     from rlx.examples.cartpole import SOLVED_LENGTH
 
     algo = NPGConfig(
         num_envs=32, horizon=64, device="cpu", seed=0, gamma=0.99, max_kl=0.02,
         model_config={"hiddens": [64, 64], "activation_fn": "tanh"}, optimizer_config={"lr": 3e-3},
     ).build(CartPole)
-    best = 0.0
-    while algo.env_steps < 300_000:
-        length = algo.collect()["episodes/length_mean"]
-        algo.step()
-        if not math.isnan(length):
-            best = max(best, length)
-            if length >= SOLVED_LENGTH:
-                break
+    best = train_best(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
     assert best >= SOLVED_LENGTH, f"best {best:.1f} after {algo.env_steps} env steps"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import copy
-import io
 
 import pytest
 import torch
@@ -158,17 +157,14 @@ def test_the_same_seed_gives_identical_stats(scripted_env) -> None:
 
 
 @pytest.mark.parametrize("normalize_obs", [False, True])
-def test_state_dict_resumes_exactly(scripted_env, normalize_obs: bool) -> None:
+def test_state_dict_resumes_exactly(scripted_env, normalize_obs: bool, saved_and_loaded) -> None:
     config = _config(normalize_obs=normalize_obs, sgd_minibatch_size=20, entropy_coeff=0.01)
     algo = config.build(scripted_env)
     for _ in range(2):
         algo.collect()
         algo.step()
     # Through bytes with weights_only=True: the state is plain tensors and containers.
-    blob = io.BytesIO()
-    torch.save(algo.state_dict(), blob)
-    blob.seek(0)
-    state = torch.load(blob, weights_only=True)
+    state = saved_and_loaded(algo.state_dict())
     expected = [(_without_timing(algo.collect()), _without_timing(algo.step())) for _ in range(2)]
     # Envs and sampling share torch's global RNG, so the resumed run goes second.
     resumed = config.build(scripted_env)
@@ -268,20 +264,15 @@ def test_compile_is_refused_with_cudagraphs_and_for_dict_observations(masked_cho
 
 
 @pytest.mark.slow
-def test_compiled_ppo_solves_cartpole_like_eager() -> None:
+def test_compiled_ppo_solves_cartpole_like_eager(train_best) -> None:
     import dataclasses
-    import math
 
     from rlx.envs import CartPole
     from rlx.examples.cartpole import SOLVED_LENGTH, cartpole_config
 
     algo = dataclasses.replace(cartpole_config(seed=0, device="cpu"), compile=True).build(CartPole)
     assert algo._loss_fn is not algo._losses  # the compiled path is the one that runs
-    best = -math.inf
-    while algo.env_steps < 300_000 and best < SOLVED_LENGTH:
-        length = algo.collect()["episodes/length_mean"]
-        algo.step()
-        best = max(best, length) if not math.isnan(length) else best
+    best = train_best(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
     assert best >= SOLVED_LENGTH, f"best mean episode length {best:.1f} after {algo.env_steps} env steps"
 
 

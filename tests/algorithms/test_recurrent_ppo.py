@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import io
 from typing import Any
 
 import pytest
@@ -272,16 +271,13 @@ def test_gru_and_stacked_layers_train() -> None:
 
 
 @pytest.mark.parametrize("burn_in", [0, 4])
-def test_state_dict_round_trips_the_live_hidden_states_and_resumes_exactly(burn_in: int) -> None:
+def test_state_dict_round_trips_the_live_hidden_states_and_resumes_exactly(burn_in: int, saved_and_loaded) -> None:
     config = _config(normalize_obs=True, sgd_minibatch_size=24, burn_in=burn_in, entropy_coeff=0.01)
     algo = config.build(CartPoleNoVelocity)
     for _ in range(2):
         algo.collect()
         algo.step()
-    blob = io.BytesIO()
-    torch.save(algo.state_dict(), blob)
-    blob.seek(0)
-    state = torch.load(blob, weights_only=True)
+    state = saved_and_loaded(algo.state_dict())
     assert torch.equal(state["recurrent"]["hidden"], algo.buffer.get(HIDDEN)[:, -1])
     assert state["recurrent"]["hidden"].abs().sum() > 0
     expected = [(_without_timing(algo.collect()), _without_timing(algo.step())) for _ in range(2)]

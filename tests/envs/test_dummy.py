@@ -116,25 +116,12 @@ def test_same_seed_gives_the_same_resets() -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("env_cls", [DiscreteDummyEnv, ContinuousDummyEnv])
-def test_dummy_steps_without_syncs_and_replays_as_a_cuda_graph(env_cls) -> None:
+def test_dummy_steps_without_syncs_and_replays_as_a_cuda_graph(env_cls, envtest) -> None:
     env = env_cls(16, device="cuda")
     env.reset()
     actions = torch.ones(16, 1, dtype=env.action_spec.dtype, device="cuda")
-    env.step(actions)  # warm-up: lazy CUDA initialisation syncs
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        env.step(actions)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        env.step(actions)
-    torch.cuda.current_stream().wait_stream(side)
-    with torch.cuda.graph(graph):
-        static_out = env.step(actions)
+    # One step without a host sync (after a warm-up), then one step captured.
+    graph, static_out = envtest.capture_step(env, actions)
     before = env.state_dict()["state"]
     graph.replay()
     graph.replay()

@@ -57,29 +57,14 @@ def test_load_state_dict_refuses_another_batch_size(env_cls) -> None:
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 @pytest.mark.parametrize("env_cls", ENVS, ids=IDS)
-def test_steps_run_without_syncs_and_replay_as_a_cuda_graph(env_cls) -> None:
+def test_steps_run_without_syncs_and_replay_as_a_cuda_graph(env_cls, envtest) -> None:
     torch.manual_seed(0)
     B = 64
     env = env_cls(B, device="cuda")
     env.reset()
     actions = env.action_spec.rand((B,))
-    env.step(actions)  # warm-up: lazy CUDA initialisation syncs
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        for _ in range(3):
-            env.step(actions)
-    finally:
-        torch.cuda.set_sync_debug_mode(0)
-
-    graph = torch.cuda.CUDAGraph()
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        env.step(actions)  # warm-up on the capture stream
-    torch.cuda.current_stream().wait_stream(side)
-    with torch.cuda.graph(graph):
-        static_out = env.step(actions)
+    # Three steps without a host sync (after a warm-up), then one step captured.
+    graph, static_out = envtest.capture_step(env, actions, sync_free_steps=3)
     _set_steps(env, env.max_episode_steps - 2)  # replays cross the time limit
     for _ in range(3):
         before = env.state_dict()

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 import pytest
 import torch
@@ -170,18 +168,11 @@ def test_factory_is_usable_where_an_env_class_goes() -> None:
 
 
 @pytest.mark.slow
-def test_ppo_solves_gymnasium_cartpole_through_the_adapter() -> None:
+def test_ppo_solves_gymnasium_cartpole_through_the_adapter(train_best) -> None:
     algo = AlgorithmConfig(
         num_envs=8, horizon=256, num_sgd_iters=10, sgd_minibatch_size=512, optimizer_config={"lr": 2e-3},
         model_config={"hiddens": [64, 64], "activation_fn": "tanh"}, gamma=0.99, vf_clip_param=None,
         max_grad_norm=0.5, normalize_rewards=False, device="cpu", seed=0,
     ).build(GymnasiumEnv.factory("CartPole-v1"))
-    best = 0.0
-    while algo.env_steps < 300_000:
-        length = algo.collect()["episodes/length_mean"]
-        algo.step()
-        if not math.isnan(length):
-            best = max(best, length)
-            if length >= 475:
-                break
+    best = train_best(algo, "episodes/length_mean", 475, 300_000)
     assert best >= 475, f"best {best} after {algo.env_steps} env steps"

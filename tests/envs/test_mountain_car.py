@@ -7,33 +7,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from rlx.env import check_step_output
 from rlx.envs import MountainCarContinuous
-
-
-def _load(env: MountainCarContinuous, state: torch.Tensor, steps: int | torch.Tensor = 0) -> None:
-    """Put every sub-env in ``state`` ``[B, 2]`` (position, velocity) after ``steps`` steps."""
-    steps = torch.as_tensor(steps, dtype=torch.int64).expand(env.num_envs).clone()
-    env.load_state_dict({"state": torch.as_tensor(state, dtype=torch.float32), "steps": steps})
-
-
-def _gym_mountain_car():
-    gym = pytest.importorskip("gymnasium")
-    ref = gym.make("MountainCarContinuous-v0").unwrapped
-    ref.reset(seed=0)
-    return ref
-
-
-def _gym_step(ref, state: torch.Tensor, action: torch.Tensor) -> tuple[torch.Tensor, float, bool]:
-    """Step gymnasium's env from the float32 ``state`` ``[2]`` with a float32 ``action`` ``[1]``.
-
-    Both as float32 arrays, as gymnasium keeps its state and as its action space is, so
-    that it computes in float32 like the batched env.
-    """
-    ref.state = state.float().numpy().copy()
-    obs, reward, terminated, truncated, _ = ref.step(action.float().numpy().copy())
-    assert not truncated  # the unwrapped env never truncates; the time limit is a wrapper
-    return torch.as_tensor(obs), float(reward), bool(terminated)
 
 
 def _f32(value: float) -> torch.Tensor:
@@ -61,8 +35,10 @@ def _goal_threshold_states() -> torch.Tensor:
     return torch.tensor(rows, dtype=torch.float32)
 
 
-def test_mountain_car_matches_gymnasium_step_for_step() -> None:
-    ref = _gym_mountain_car()
+def test_mountain_car_matches_gymnasium_step_for_step(envtest) -> None:
+    # Float32 state and action arrays, as gymnasium keeps its state and as its action
+    # space is, so that it computes in float32 like the batched env.
+    ref = envtest.gym("MountainCarContinuous-v0", dtype=torch.float32)
     torch.manual_seed(0)
     n = 400
     random_states = torch.stack([torch.rand(n) * 1.8 - 1.2, (torch.rand(n) * 2 - 1) * 0.07], dim=-1)
@@ -85,18 +61,13 @@ def test_mountain_car_matches_gymnasium_step_for_step() -> None:
     threshold_states = _goal_threshold_states()
     states = torch.cat([random_states, edge_states, threshold_states])
     actions = torch.cat([random_actions, edge_actions, torch.ones(3, 1)])
-    B = states.shape[0]
-    env = MountainCarContinuous(B)
-    _load(env, states)
-    out = env.step(actions)
-    check_step_output(out, env.observation_spec, B)
-    expected = [_gym_step(ref, states[i], actions[i]) for i in range(B)]
-    final_obs = torch.stack([obs for obs, _, _ in expected])
+    _, out, expected = ref.step_batch(MountainCarContinuous, states, actions)
+    final_obs = expected["obs"]
     assert_close(out["final_obs"], final_obs, atol=1e-5, rtol=1e-5)
     # The velocities are small (|v| <= 0.07): check them at the scale of float32 rounding too.
     assert_close(out["final_obs"][:, 1], final_obs[:, 1], atol=1e-8, rtol=1e-6)
-    assert_close(out["rewards"][:, 0], torch.tensor([reward for _, reward, _ in expected]), atol=1e-5, rtol=1e-5)
-    assert out["terminated"][:, 0].tolist() == [terminated for _, _, terminated in expected]
+    assert_close(out["rewards"][:, 0], expected["rewards"], atol=1e-5, rtol=1e-5)
+    assert out["terminated"][:, 0].tolist() == expected["terminated"].tolist()
 
     e = n  # the edge cases, row by row
     assert out["final_obs"][e].tolist() == [_f32(-1.2).item(), 0.0]
@@ -114,98 +85,60 @@ def test_mountain_car_matches_gymnasium_step_for_step() -> None:
     assert out["terminated"][-3:, 0].tolist() == [False, True, True]
 
 
-def test_mountain_car_follows_a_long_gymnasium_rollout() -> None:
-    ref = _gym_mountain_car()
+def test_mountain_car_follows_a_long_gymnasium_rollout(envtest) -> None:
+    ref = envtest.gym("MountainCarContinuous-v0", dtype=torch.float32)
     rng = np.random.default_rng(0)
-    env = MountainCarContinuous(1)
-    episodes = 0
-    for _ in range(700):
-        # Start both from gymnasium's float32 state each step.
-        state = torch.as_tensor(ref.state, dtype=torch.float32)
-        _load(env, state.unsqueeze(0))
+
+    def rock(state: torch.Tensor) -> torch.Tensor:
         # Mostly push along the velocity (rocking the car up the hill), with noise.
         push = 1.0 if state[1] >= 0 else -1.0
-        action = torch.tensor([push * rng.uniform(0.5, 1.2) if rng.random() < 0.9 else rng.uniform(-1.2, 1.2)])
-        obs, reward, terminated = _gym_step(ref, state, action)
-        out = env.step(action.float().view(1, 1))
-        assert_close(out["final_obs"][0], obs, atol=1e-5, rtol=1e-5)
-        assert_close(out["rewards"][0, 0].item(), reward, atol=1e-5, rtol=1e-5)
-        assert out["terminated"][0, 0].item() == terminated
-        if terminated:
-            episodes += 1
-            ref.reset()
-        else:
-            assert torch.equal(out["obs"], out["final_obs"])
-    assert episodes >= 3
+        return torch.tensor([push * rng.uniform(0.5, 1.2) if rng.random() < 0.9 else rng.uniform(-1.2, 1.2)])
+
+    # Both start from gymnasium's float32 state each step.
+    assert ref.follow(MountainCarContinuous(1), 700, rock, reward_tol=1e-5) >= 3
 
 
-def test_ended_sub_envs_auto_reset_and_keep_their_final_observation() -> None:
+def test_ended_sub_envs_auto_reset_and_keep_their_final_observation(envtest) -> None:
     torch.manual_seed(0)
     # Sub-env 1 reaches the goal this step; sub-env 2 takes its 999th step.
     states = torch.tensor([[-0.5, 0.01], [0.44, 0.05], [-0.5, 0.0], [0.2, -0.03]])
     actions = torch.tensor([[1.0], [0.5], [-0.2], [0.0]])
-    env = MountainCarContinuous(4)
-    _load(env, states, steps=torch.tensor([3, 100, 998, 7]))
-    out = env.step(actions)
-    check_step_output(out, env.observation_spec, 4)
+    # Sub-envs 0 and 3 carry on; each final_obs is what the sub-env reaches stepped alone.
+    _, out = envtest.step_with_ends(MountainCarContinuous, states, actions, steps=torch.tensor([3, 100, 998, 7]))
     assert out["terminated"][:, 0].tolist() == [False, True, False, False]
     assert out["truncated"][:, 0].tolist() == [False, False, True, False]
     assert_close(out["rewards"][:, 0], torch.tensor([-0.1, 100.0 - 0.025, -0.004, 0.0]))
-    for i in range(4):
-        alone = MountainCarContinuous(1)
-        _load(alone, states[i : i + 1])
-        assert torch.equal(out["final_obs"][i], alone.step(actions[i : i + 1])["final_obs"][0])
     assert out["final_obs"][1, 0] >= 0.45
-    # Ended sub-envs start afresh at rest in the valley; the others carry on.
+    # Ended sub-envs start afresh at rest in the valley.
     fresh = out["obs"][[1, 2]]
     assert ((fresh[:, 0] >= -0.6) & (fresh[:, 0] <= -0.4)).all() and (fresh[:, 1] == 0).all()
     assert not torch.equal(fresh, out["final_obs"][[1, 2]])
-    assert torch.equal(out["obs"][[0, 3]], out["final_obs"][[0, 3]])
-    assert env.steps.tolist() == [4, 0, 0, 8]
 
 
-def test_truncation_happens_at_exactly_999_steps() -> None:
+def test_truncation_happens_at_exactly_999_steps(envtest) -> None:
     torch.manual_seed(0)
-    env = MountainCarContinuous(2)
-    env.reset()
+    # Back to rest in the valley before every step, so only the time limit can end it;
+    # sub-env 1 starts its episode 100 steps after sub-env 0.
     valley = torch.tensor([[-0.5, 0.0], [-0.5, 0.0]])
-    for t in range(1, 1000):
-        steps = env.state_dict()["steps"]
-        if t == 101:
-            steps[1] = 0  # sub-env 1 starts its episode 100 steps after sub-env 0
-        # Back to rest in the valley before every step, so only the time limit can end it.
-        _load(env, valley, steps=steps)
-        out = env.step(torch.tensor([[0.3], [-0.3]]))
-        assert not out["terminated"].any()
-        assert out["truncated"][:, 0].tolist() == [t == 999, False], t
-    check_step_output(out, env.observation_spec, 2)
+    actions = torch.tensor([[0.3], [-0.3]])
+    env, out = envtest.run_to_time_limit(MountainCarContinuous, valley, lambda t: actions, offset=100)
     assert env.steps.tolist() == [0, 899]
-    alone = MountainCarContinuous(1)
-    _load(alone, valley[:1])
-    assert torch.equal(out["final_obs"][0], alone.step(torch.tensor([[0.3]]))["final_obs"][0])
+    envtest.assert_steps_as_alone(MountainCarContinuous, valley[:1], torch.tensor([[0.3]]), out)
     assert not torch.equal(out["obs"][0], out["final_obs"][0]) and out["obs"][0, 1] == 0
 
 
-def test_terminated_and_truncated_are_never_both_set() -> None:
-    env = MountainCarContinuous(2)
-    _load(env, torch.tensor([[0.44, 0.05], [-0.5, 0.0]]), steps=998)
-    out = env.step(torch.zeros(2, 1))
-    assert out["terminated"][:, 0].tolist() == [True, False]
-    assert out["truncated"][:, 0].tolist() == [False, True]
+def test_terminated_and_truncated_are_never_both_set(envtest) -> None:
+    envtest.assert_termination_wins_at_the_time_limit(
+        MountainCarContinuous, torch.tensor([[0.44, 0.05], [-0.5, 0.0]]), torch.zeros(2, 1)
+    )
 
 
 @pytest.mark.parametrize("num_envs", [1, 6])
-def test_every_step_of_a_random_rollout_follows_the_protocol(num_envs: int) -> None:
-    torch.manual_seed(1)
+def test_every_step_of_a_random_rollout_follows_the_protocol(num_envs: int, envtest) -> None:
     env = MountainCarContinuous(num_envs)
-    obs = env.reset()
-    assert obs.shape == (num_envs, 2) and obs.dtype == torch.float32
-    for _ in range(200):
-        actions = torch.rand(num_envs, 1) * 3 - 1.5
-        out = env.step(actions)
-        check_step_output(out, env.observation_spec, num_envs)
-        assert out.batch_size == torch.Size([num_envs]) and out.device == env.device
-        assert not (out["terminated"] & out["truncated"]).any()
+    obs, rollout = envtest.protocol_rollout(env, 200, lambda: torch.rand(num_envs, 1) * 3 - 1.5)
+    assert obs.shape == (num_envs, 2)
+    for actions, out in rollout:
         for key in ("obs", "final_obs"):
             assert (out[key][:, 0] >= _f32(-1.2)).all() and (out[key][:, 0] <= _f32(0.6)).all()
             assert (out[key][:, 1].abs() <= _f32(0.07)).all()
@@ -222,17 +155,13 @@ def test_reset_puts_the_car_at_rest_in_the_valley() -> None:
     assert env.steps.eq(0).all()
 
 
-def test_mountain_car_accepts_flat_actions() -> None:
-    flat, shaped = MountainCarContinuous(3), MountainCarContinuous(3)
-    _load(flat, torch.tensor([[-0.5, 0.0], [0.0, 0.02], [-1.0, -0.03]]))
-    _load(shaped, flat.state_dict()["state"])
-    actions = torch.tensor([0.5, -1.0, 0.2])
-    assert torch.equal(flat.step(actions)["final_obs"], shaped.step(actions.unsqueeze(-1))["final_obs"])
+def test_mountain_car_accepts_flat_actions(envtest) -> None:
+    state = torch.tensor([[-0.5, 0.0], [0.0, 0.02], [-1.0, -0.03]])
+    envtest.assert_trailing_action_dim_changes_nothing(MountainCarContinuous, torch.tensor([0.5, -1.0, 0.2]), state)
 
 
-def test_mountain_car_specs_describe_one_sub_env() -> None:
-    env = MountainCarContinuous(3)
-    assert env.observation_spec.shape == (2,) and env.observation_spec.dtype == torch.float32
-    assert env.action_spec.shape == (1,) and env.action_spec.dtype == torch.float32
+def test_mountain_car_specs_describe_one_sub_env(envtest) -> None:
+    env = envtest.assert_specs(
+        MountainCarContinuous, obs_shape=(2,), action_shape=(1,), action_dtype=torch.float32, max_episode_steps=999
+    )
     assert env.action_spec.space.low.item() == -1.0 and env.action_spec.space.high.item() == 1.0
-    assert MountainCarContinuous.graph_safe and MountainCarContinuous.max_episode_steps == 999

@@ -10,12 +10,6 @@ from rlx.env import check_step_output
 from rlx.envs import PointMass
 
 
-def _load(env: PointMass, state: torch.Tensor, steps: int | torch.Tensor = 0) -> None:
-    """Put every sub-env in ``state`` ``[B, 6]`` (position, velocity, goal) after ``steps`` steps."""
-    steps = torch.as_tensor(steps, dtype=torch.int64).expand(env.num_envs).clone()
-    env.load_state_dict({"state": torch.as_tensor(state, dtype=torch.float32), "steps": steps})
-
-
 def _reference_step(state: torch.Tensor, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The documented dynamics, one sub-env at a time in float64, with Python branches.
 
@@ -41,7 +35,7 @@ def _reference_step(state: torch.Tensor, actions: torch.Tensor) -> tuple[torch.T
     return torch.stack(obs), torch.stack(rewards), torch.tensor(terminated)
 
 
-def test_point_mass_steps_as_documented() -> None:
+def test_point_mass_steps_as_documented(envtest) -> None:
     torch.manual_seed(0)
     n = 300
     random_states = torch.cat(
@@ -65,7 +59,7 @@ def test_point_mass_steps_as_documented() -> None:
     actions = torch.cat([(torch.rand(n, 2) * 2 - 1) * 1.5, edge_actions])
     B = states.shape[0]
     env = PointMass(B)
-    _load(env, states)
+    envtest.load(env, states)
     out = env.step(actions)
     check_step_output(out, env.observation_spec, B)
     obs, rewards, terminated = _reference_step(states, actions)
@@ -100,7 +94,7 @@ def test_goals_differ_per_env_and_are_redrawn_at_reset() -> None:
     assert (env.state_dict()["state"][:, 4:] != goals).all()
 
 
-def test_ended_sub_envs_get_a_new_goal_and_the_others_keep_theirs() -> None:
+def test_ended_sub_envs_get_a_new_goal_and_the_others_keep_theirs(envtest) -> None:
     torch.manual_seed(0)
     # Sub-env 1 reaches its goal this step; sub-env 2 takes its 200th step.
     states = torch.tensor(
@@ -112,66 +106,41 @@ def test_ended_sub_envs_get_a_new_goal_and_the_others_keep_theirs() -> None:
         ]
     )
     actions = torch.tensor([[1.0, 1.0], [0.0, 0.0], [-1.0, 1.0], [0.0, 0.0]])
-    env = PointMass(4)
-    _load(env, states, steps=torch.tensor([3, 10, 199, 7]))
-    out = env.step(actions)
-    check_step_output(out, env.observation_spec, 4)
+    # final_obs is the observation this step reached, the same as one sub-env alone;
+    # sub-envs 0 and 3 carry on.
+    env, out = envtest.step_with_ends(PointMass, states, actions, steps=torch.tensor([3, 10, 199, 7]))
     assert out["terminated"][:, 0].tolist() == [False, True, False, False]
     assert out["truncated"][:, 0].tolist() == [False, False, True, False]
     assert out["rewards"][1, 0] > 9.9 and (out["rewards"][[0, 2, 3], 0] < 0).all()
-    # final_obs is the observation this step reached, the same as one sub-env alone.
-    for i in range(4):
-        alone = PointMass(1)
-        _load(alone, states[i : i + 1])
-        assert torch.equal(out["final_obs"][i], alone.step(actions[i : i + 1])["final_obs"][0])
     goals = env.state_dict()["state"][:, 4:]
     assert torch.equal(goals[[0, 3]], states[[0, 3], 4:])
     assert (goals[[1, 2]] != states[[1, 2], 4:]).all()
     assert (out["obs"][[1, 2], 2:4] == 0).all()
-    assert torch.equal(out["obs"][[0, 3]], out["final_obs"][[0, 3]])
-    assert env.steps.tolist() == [4, 0, 0, 8]
 
 
-def test_truncation_happens_at_exactly_200_steps() -> None:
+def test_truncation_happens_at_exactly_200_steps(envtest) -> None:
     torch.manual_seed(0)
-    env = PointMass(2)
-    env.reset()
-    # Far from the goals, held still: only the time limit can end an episode.
+    # Far from the goals, held still: only the time limit can end an episode. Sub-env 1
+    # starts its episode 50 steps after sub-env 0.
     far = torch.tensor([[-1.0, -1.0, 0.0, 0.0, 0.8, 0.8], [1.0, 1.0, 0.0, 0.0, -0.8, -0.8]])
-    for t in range(1, 201):
-        steps = env.state_dict()["steps"]
-        if t == 51:
-            steps[1] = 0  # sub-env 1 starts its episode 50 steps after sub-env 0
-        _load(env, far, steps=steps)
-        out = env.step(torch.zeros(2, 2))
-        assert not out["terminated"].any()
-        assert out["truncated"][:, 0].tolist() == [t == 200, False], t
-    check_step_output(out, env.observation_spec, 2)
+    env, out = envtest.run_to_time_limit(PointMass, far, lambda t: torch.zeros(2, 2), offset=50)
     assert env.steps.tolist() == [0, 150]
     assert_close(out["rewards"][:, 0], -torch.tensor([1.8, 1.8]).square().sum().sqrt().expand(2))
     assert out["final_obs"][0, :2].tolist() == [-1.0, -1.0]
     assert not torch.equal(out["obs"][0], out["final_obs"][0])
 
 
-def test_terminated_and_truncated_are_never_both_set() -> None:
-    env = PointMass(2)
-    _load(env, torch.tensor([[0.5, 0.5, 0.0, 0.0, 0.5, 0.5], [-1.0, -1.0, 0.0, 0.0, 0.5, 0.5]]), steps=199)
-    out = env.step(torch.zeros(2, 2))
-    assert out["terminated"][:, 0].tolist() == [True, False]
-    assert out["truncated"][:, 0].tolist() == [False, True]
+def test_terminated_and_truncated_are_never_both_set(envtest) -> None:
+    envtest.assert_termination_wins_at_the_time_limit(
+        PointMass, torch.tensor([[0.5, 0.5, 0.0, 0.0, 0.5, 0.5], [-1.0, -1.0, 0.0, 0.0, 0.5, 0.5]]), torch.zeros(2, 2)
+    )
 
 
 @pytest.mark.parametrize("num_envs", [1, 7])
-def test_every_step_of_a_random_rollout_follows_the_protocol(num_envs: int) -> None:
-    torch.manual_seed(1)
-    env = PointMass(num_envs)
-    obs = env.reset()
-    assert obs.shape == (num_envs, 6) and obs.dtype == torch.float32
-    for _ in range(250):
-        out = env.step(torch.rand(num_envs, 2) * 3 - 1.5)
-        check_step_output(out, env.observation_spec, num_envs)
-        assert out.batch_size == torch.Size([num_envs]) and out.device == env.device
-        assert not (out["terminated"] & out["truncated"]).any()
+def test_every_step_of_a_random_rollout_follows_the_protocol(num_envs: int, envtest) -> None:
+    obs, rollout = envtest.protocol_rollout(PointMass(num_envs), 250, lambda: torch.rand(num_envs, 2) * 3 - 1.5)
+    assert obs.shape == (num_envs, 6)
+    for _, out in rollout:
         for key in ("obs", "final_obs"):
             assert out[key][:, :4].abs().max() <= 1.0
             assert ((out[key][:, :2] + out[key][:, 4:]).abs() <= 0.8 + 1e-6).all()  # the goal
@@ -195,12 +164,10 @@ def test_a_proportional_derivative_controller_reaches_every_goal() -> None:
     assert returns.mean() > -1.0
 
 
-def test_point_mass_specs_describe_one_sub_env() -> None:
-    env = PointMass(3)
-    assert env.observation_spec.shape == (6,) and env.observation_spec.dtype == torch.float32
-    assert env.action_spec.shape == (2,) and env.action_spec.dtype == torch.float32
+def test_point_mass_specs_describe_one_sub_env(envtest) -> None:
+    env = envtest.assert_specs(PointMass, obs_shape=(6,), action_shape=(2,), action_dtype=torch.float32,
+                                max_episode_steps=200)
     assert (env.action_spec.space.low == -1).all() and (env.action_spec.space.high == 1).all()
-    assert PointMass.graph_safe and PointMass.max_episode_steps == 200
 
 
 def test_the_state_holds_position_velocity_and_goal() -> None:

@@ -1,0 +1,149 @@
+"""What the benchmark scripts share: training to a threshold, and appending results.
+
+Scripts run as ``python benchmarks/x.py``, so this folder leads ``sys.path`` and they
+import this module as ``common``; a script loaded by its path instead (``gpu_suite.py``
+under pytest or ``rlx bench --suite gpu``) puts this folder on ``sys.path`` first.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import math
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Iterable
+
+#: The repository the benchmarks belong to (and whose commit the results record).
+ROOT = Path(__file__).resolve().parents[1]
+#: Where the results files live: ``<name>.jsonl``, and the scripts' markdown tables.
+RESULTS = ROOT / "benchmarks" / "results"
+
+__all__ = ["RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "results_path",
+           "run_fields", "train_until"]
+
+
+@dataclasses.dataclass
+class Training:
+    """How a :func:`train_until` run ended."""
+
+    #: The goal was reached.
+    solved: bool
+    #: ``algo.env_steps`` at the end: at the goal, or all that the budget allowed.
+    env_steps: int
+    #: Wall-clock of the training loop (``collect()`` and ``step()``), in seconds.
+    seconds: float
+    #: ``collect()`` calls.
+    iterations: int
+    #: The best value of the metric that counted; ``-inf`` when none did.
+    best: float
+    #: The metric of every collect, NaN where no episode ended.
+    values: list[float]
+
+
+def train_until(algo: Any, metric: str, goal: float, *, max_env_steps: int | None = None,
+                budget_s: float | None = None, min_env_steps: int = 0, step_on_goal: bool = False) -> Training:
+    """Alternate ``algo.collect()`` and ``algo.step()`` until ``metric`` reaches ``goal``,
+    or until the env-step or time budget is spent.
+
+    Each collect's ``metric`` is judged before training on that rollout; the budgets are
+    checked before each collect, so a collect that has started always finishes.
+
+    Args:
+        algo: A built algorithm: ``collect()`` returns a dict of stats, ``step()`` trains
+            on that rollout, and ``env_steps`` counts the env steps collected.
+        metric: The stat of ``collect()`` to judge, e.g. ``"episodes/length_mean"``
+            (NaN, when no episode ended, never counts).
+        goal: The value to reach (``>=``); ``math.inf`` trains until the budget is spent.
+        max_env_steps: Stop once ``algo.env_steps`` reaches it (``None``: no limit).
+        budget_s: Stop once this many seconds of training have passed (``None``: no limit).
+        min_env_steps: A value counts (for ``best`` and the goal) only once
+            ``algo.env_steps`` has reached this, e.g. once every sub-env has run a full
+            time limit, before which the episodes that ended are the short ones.
+        step_on_goal: Also ``step()`` on the rollout that reached the goal, whose time
+            then counts (the order of the scripts that collect, step, then judge).
+
+    Returns:
+        The :class:`Training` record.
+    """
+    best, values = -math.inf, []
+    start = time.perf_counter()
+    while ((budget_s is None or time.perf_counter() - start < budget_s)
+           and (max_env_steps is None or algo.env_steps < max_env_steps)):
+        value = algo.collect()[metric]
+        values.append(value)
+        counts = not math.isnan(value) and algo.env_steps >= min_env_steps
+        if counts:
+            best = max(best, value)
+        if counts and value >= goal:
+            if step_on_goal:
+                algo.step()
+            return Training(True, int(algo.env_steps), time.perf_counter() - start, len(values), best, values)
+        algo.step()
+    return Training(False, int(algo.env_steps), time.perf_counter() - start, len(values), best, values)
+
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, cwd=ROOT, timeout=30).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
+def git_commit() -> str:
+    """This checkout's short commit hash, ``"unknown"`` outside a git checkout."""
+    return _git("rev-parse", "--short", "HEAD") or "unknown"
+
+
+def git_dirty(*paths: str, untracked: bool = False) -> bool:
+    """Whether the checkout differs from its commit: tracked files (and untracked ones
+    with ``untracked=True``) under ``paths``, or anywhere when none are given."""
+    flag = "--untracked-files=" + ("normal" if untracked else "no")
+    return bool(_git("status", "--porcelain", flag, "--", *paths))
+
+
+@functools.cache
+def _host() -> tuple[str, str]:
+    import torch
+
+    from rlx.bench import cpu_name
+
+    return torch.__version__, cpu_name()
+
+
+def run_fields() -> dict[str, str]:
+    """Where and when a result was measured: ``date``, ``commit``, ``torch`` version and ``cpu``."""
+    torch_version, cpu = _host()
+    return {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "torch": torch_version, "cpu": cpu}
+
+
+def results_path(name: str) -> Path:
+    """``benchmarks/results/<name>.jsonl``."""
+    return RESULTS / f"{name}.jsonl"
+
+
+def append_results(path: str | Path, rows: dict[str, Any] | Iterable[dict[str, Any]], **fields: Any) -> Path:
+    """Append each row to ``path`` as one JSON line.
+
+    After its own keys, a line gets ``fields`` (what the whole run shares, e.g.
+    ``threads``) and :func:`run_fields`, each only where the row has no such key, so
+    every results file records the date, commit, torch version and CPU of its lines.
+
+    Args:
+        path: The ``.jsonl`` file, created with its folders if missing (see :func:`results_path`).
+        rows: One row or several.
+        **fields: Keys added to every row.
+
+    Returns:
+        ``path``.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    shared = {**run_fields(), **fields}
+    with open(path, "a") as f:
+        for row in [rows] if isinstance(rows, dict) else rows:
+            line = {**row, **{k: v for k, v in shared.items() if k not in row}}
+            f.write(json.dumps(line, default=str) + "\n")
+    return path
