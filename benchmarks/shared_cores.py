@@ -25,7 +25,6 @@ Results: ``benchmarks/results/shared_cores.jsonl`` and a markdown table of media
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import json
 import os
 import re
@@ -36,8 +35,9 @@ import tempfile
 import time
 from pathlib import Path
 
+from common import append_results, results_path, run_fields
+
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 
 #: setting -> (extra environment, --threads value; "cores" is torch's default count)
 SETTINGS = {
@@ -117,12 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout-s", type=float, default=120.0)
     args = parser.parse_args(argv)
 
-    sys.path.insert(0, str(ROOT))
-    from rlx.bench import cpu_name
-
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout.strip()
-    meta = {"date": dt.date.today().isoformat(), "commit": commit, "cpu": cpu_name(), "cores": os.cpu_count()}
-    RESULTS.mkdir(parents=True, exist_ok=True)
+    meta = {**run_fields(), "cores": os.cpu_count()}
     rows: dict[tuple[str, str, str], list[float]] = {}
     for repeat in range(args.repeats):
         for config in args.configs:
@@ -134,13 +129,11 @@ def main(argv: list[str] | None = None) -> int:
                     finally:
                         _stop(proc)
                     rows.setdefault((config, competitor, setting), []).append(train_s)
-                    line = {**meta, "config": config, "competitor": competitor, "setting": setting,
-                            "repeat": repeat, "train_s": train_s, "wall_s": wall_s,
-                            "timed_out": train_s >= args.timeout_s}
-                    with open(RESULTS / "shared_cores.jsonl", "a") as f:
-                        f.write(json.dumps(line) + "\n")
+                    line = {"config": config, "competitor": competitor, "setting": setting, "repeat": repeat,
+                            "train_s": train_s, "wall_s": wall_s, "timed_out": train_s >= args.timeout_s}
+                    append_results(results_path("shared_cores"), line, cores=meta["cores"])
                     print(json.dumps(line), flush=True)
-    print(f"\n{meta['cpu']}, {meta['cores']} cores, commit {commit}: median training seconds of "
+    print(f"\n{meta['cpu']}, {meta['cores']} cores, commit {meta['commit']}: median training seconds of "
           f"{args.repeats} runs (>= {args.timeout_s:g}: timed out)\n")
     print("| config | competitor | " + " | ".join(args.settings) + " |")
     print("|---|---|" + "---|" * len(args.settings))
