@@ -13,6 +13,7 @@ directory, holding plain data and tensors only (it loads with ``weights_only=Tru
 from __future__ import annotations
 
 import os
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -106,8 +107,6 @@ def newest_readable_checkpoint(run_dir: str | Path, load: Any = None) -> tuple[P
         FileNotFoundError: the run directory has no checkpoint.
         ValueError: none of its checkpoints loads (naming each and why).
     """
-    import warnings
-
     load = load or load_checkpoint
     candidates = sorted(Path(run_dir, "checkpoints").glob("ckpt_*.pt"), reverse=True)
     if not candidates:

@@ -272,8 +272,9 @@ class PPO(Algorithm):
         # A member's statistics cover the epochs a run of its own would have run: those
         # it was still open at the start of (the KL early stop ends them member by member).
         member_epochs = torch.zeros(members.lead, device=self.device)
+        every_epoch = torch.ones(members.lead, device=self.device)  # without the early stop, all run
         for _ in range(cfg.num_sgd_iters):
-            running = control.start_epoch() if control is not None else members.active().new_ones(members.lead)
+            running = control.start_epoch() if control is not None else every_epoch
             epoch = self._epoch(batch, N, num_minibatches)
             kl_so_far = torch.zeros((), device=self.device)  # with accumulation: the epoch's weighted KL
             for k, (lo, size) in enumerate(bounds):

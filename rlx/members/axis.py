@@ -114,10 +114,6 @@ class Members:
         run's; S members gate each member's step factor instead, leaving the shared LR."""
         return self.size == 1
 
-    def mean(self, x: Tensor) -> Tensor:
-        """The mean of a loss term over its rows: 0-d, or ``[S]`` each member's."""
-        return x.mean() if self.size == 1 else per_seed_mean(x, self.size)
-
     def mean_each(self, x: Tensor) -> Tensor:
         """``[S]``: each member's mean over its rows, ``[1]`` for a single run (for the
         code that keeps a member dim throughout, such as NPG's ``[S, P]`` vectors)."""
