@@ -235,6 +235,7 @@ class MinibatchConfig(CommonConfig):
     #: collect and the forward pass and losses of the update. The first collect and step
     #: pay for compiling (tens of seconds on a CPU); tensor observations only. Sampling
     #: draws from inductor's RNG, so runs differ from eager ones with the same seed.
+    #: Combines with ``cudagraphs``: the captured update runs the compiled code.
     compile: bool = False
     #: CUDA only: capture the minibatch update (forward, losses, backward, clipping,
     #: a capturable Adam with a tensor LR) in a CUDA graph and replay it, removing the
@@ -262,8 +263,6 @@ class MinibatchConfig(CommonConfig):
         check_float(self, "vf_coeff", low=0.0)
         if self.num_seeds > 1 and self.accumulate_grads:
             fail(self, "accumulate_grads", f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
-        if self.cudagraphs and self.compile:
-            fail(self, "compile", "cannot be combined with cudagraphs (the captured update runs eagerly)")
         if self.cudagraphs:
             if self.enable_amp or self.accumulate_grads:
                 fail(self, "cudagraphs", "cannot be combined with enable_amp or accumulate_grads")

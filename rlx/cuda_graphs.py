@@ -12,14 +12,15 @@ after it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Generic, TypeVar
 
 import torch
+from torch import Tensor
 
 from rlx._sync import allowed_sync
 
-__all__ = ["GRAPH_WARMUPS", "GraphedCall"]
+__all__ = ["GRAPH_WARMUPS", "GraphedCall", "GraphedBatchCall"]
 
 #: Eager calls before the capture: the third warm-up is the first one that finds the
 #: allocator and fused optimizer state exactly as every later call will.
@@ -79,3 +80,39 @@ class GraphedCall(Generic[Out]):
         self.graph = graph
         graph.replay()  # capture records the kernels without running them
         return self._output  # type: ignore[return-value]
+
+
+class GraphedBatchCall:
+    """``fn(batch)`` through a CUDA graph, for a batch of tensors of fixed shapes: each
+    call copies the batch into static inputs (made on the first call), then runs or
+    replays :class:`GraphedCall` on them and returns a clone of its output tensor.
+
+    It wraps a function the way ``torch.compile`` does, so the two combine: PPO's update
+    is ``GraphedBatchCall(update)``, and the update may call compiled code.
+
+    Args:
+        fn: ``batch -> Tensor``; the batch is a mapping of tensors.
+        device: The CUDA device.
+        before_capture: As :class:`GraphedCall`'s.
+    """
+
+    def __init__(self, fn: Callable[[Mapping[str, Tensor]], Tensor], device: torch.device, *,
+                 before_capture: Callable[[], None] | None = None) -> None:
+        self.fn = fn
+        self.device = device
+        self.before_capture = before_capture
+        self.inputs: dict[str, Tensor] = {}
+        self.call: GraphedCall[Tensor] | None = None
+
+    @property
+    def captured(self) -> bool:
+        """Whether the graph has been captured (every later call replays it)."""
+        return self.call is not None and self.call.captured
+
+    def __call__(self, batch: Mapping[str, Tensor]) -> Tensor:
+        if self.call is None:
+            self.inputs = {k: torch.empty_like(v) for k, v in batch.items()}
+            self.call = GraphedCall(lambda: self.fn(self.inputs), self.device, before_capture=self.before_capture)
+        for key, value in batch.items():
+            self.inputs[key].copy_(value)
+        return self.call().clone()

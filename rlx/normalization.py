@@ -13,6 +13,8 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
+from rlx.members.ops import by_member, member_lead, member_rows
+
 __all__ = ["RewardScaler", "RunningMeanStd"]
 
 # Division guard for a merge of two empty statistics: 0 / tiny = 0 keeps the old moments.
@@ -227,7 +229,7 @@ class RewardScaler(nn.Module):
         self.num_envs = int(num_envs)
         self.gamma = float(gamma)
         self.epsilon = float(epsilon)
-        self.stats = RunningMeanStd((num_seeds,) if num_seeds > 1 else (), epsilon=epsilon, device=device, sync_ranks=True)
+        self.stats = RunningMeanStd(member_lead(num_seeds), epsilon=epsilon, device=device, sync_ranks=True)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
         # Per-rollout scratch, [B, T] each, allocated on the first update and reused while
         # the horizon stays the same. Not persistent: nothing in them outlives a call.
@@ -280,10 +282,8 @@ class RewardScaler(nn.Module):
             history[:, t].addcmul_(decay[:, t - 1], history[:, t - 1])
         # The return carried into the next rollout restarts if the last step ended.
         self.returns.copy_(history[:, -1]).masked_fill_(dones_BT[:, -1], 0.0)
-        if self.num_seeds > 1:  # [B, T] -> [B/S * T, S]: each seed's returns are its column
-            self.stats.update(history.view(self.num_seeds, -1).t())
-        else:
-            self.stats.update(history.view(-1))  # [B, T] -> [B*T]
+        # [B, T] -> [B*T], or with S members [B/S * T, S]: each member's returns are its column
+        self.stats.update(by_member(history.view(-1), self.num_seeds, 0))
 
     @torch.no_grad()
     def reset(self) -> None:
@@ -313,11 +313,7 @@ class RewardScaler(nn.Module):
             The scaled rewards (``out`` when given), in ``rewards``' dtype.
         """
         # A 0-d divisor does not promote the result, so bf16 rewards stay bf16.
-        scale = self.scale()
-        if self.num_seeds > 1:  # [S] -> one per row of rewards [B, ...]
-            scale = scale.repeat_interleave(self.num_envs // self.num_seeds).view(-1, *([1] * (rewards.dim() - 1)))
-            scale = scale.to(rewards.dtype)
-        return torch.div(rewards, scale, out=out)
+        return torch.div(rewards, member_rows(self.scale(), self.num_seeds, rewards), out=out)
 
     def _scratch(self, horizon: int) -> tuple[Tensor, Tensor]:
         """The ``[B, T]`` float32 history and decay tensors, allocated once per horizon."""

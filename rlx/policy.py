@@ -26,6 +26,7 @@ from torchrl.data import Composite, TensorSpec
 
 from rlx.distributions import Distribution, default_distribution_cls
 from rlx.env import ACTION_MASK, EnvOutputError, check_obs_groups
+from rlx.members.ops import by_member, from_by_member, member_lead
 from rlx.models import MLPActorCritic, RecurrentActorCritic
 from rlx.normalization import RunningMeanStd
 
@@ -172,9 +173,8 @@ class PolicyBase(nn.Module):
             for path, spec in _float_leaves(observation_spec).items():
                 name = "__".join(path) or "obs"
                 self._norm_keys[name] = path
-                seeds = (num_seeds,) if num_seeds > 1 else ()
                 self.obs_normalizers[name] = RunningMeanStd(
-                    (*seeds, *spec.shape), clip=OBS_CLIP, device=device, sync_ranks=True
+                    (*member_lead(num_seeds), *spec.shape), clip=OBS_CLIP, device=device, sync_ranks=True
                 )
 
     def _check_model(self, model: nn.Module) -> None:
@@ -195,17 +195,11 @@ class PolicyBase(nn.Module):
                 obs.set(path, self._normalized(name, obs.get(path)))
         return obs
 
-    def _by_seed(self, x: Tensor, event_dims: int) -> Tensor:
-        """``[S * n, ..., *obs]`` -> ``[m, S, *obs]`` (``event_dims = len(obs)``, more
-        leading dims such as a sequence's ``L`` folded into ``m``): each seed's rows
-        against its statistics."""
-        return x.reshape(self.num_seeds, -1, *x.shape[x.dim() - event_dims :]).transpose(0, 1)
-
     def _normalized(self, name: str, x: Tensor) -> Tensor:
-        rms = self.obs_normalizers[name]
-        if self.num_seeds == 1:
-            return rms.normalize(x)
-        return rms.normalize(self._by_seed(x, len(rms.shape) - 1)).transpose(0, 1).reshape(x.shape)
+        """``x`` against its entry's statistics (each member's rows against its own)."""
+        rms, S = self.obs_normalizers[name], self.num_seeds
+        event_dims = len(rms.shape) - len(member_lead(S))
+        return from_by_member(rms.normalize(by_member(x, S, event_dims)), S, x.shape)
 
     @property
     def actor_obs_keys(self) -> list[str] | None:
@@ -225,7 +219,7 @@ class PolicyBase(nn.Module):
         for name, path in self._norm_keys.items():
             x = obs if isinstance(obs, Tensor) else obs.get(path)
             rms = self.obs_normalizers[name]
-            rms.update(self._by_seed(x, len(rms.shape) - 1) if self.num_seeds > 1 else x)
+            rms.update(by_member(x, self.num_seeds, len(rms.shape) - len(member_lead(self.num_seeds))))
 
     def distribution(self, params: Tensor, obs: Obs) -> Distribution:
         """The action distribution for model outputs ``params`` at observations ``obs``."""

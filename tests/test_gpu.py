@@ -69,7 +69,7 @@ def test_cudagraphed_update_replays_without_syncs_and_learns_like_eager() -> Non
     for _ in range(2):  # warm-up and capture happen in the first step
         graphed.collect()
         graphed.step()
-    assert graphed.update_graph is not None and graphed.update_graph.captured
+    assert graphed.update.captured
     assert graphed.rollout.graphed and not any(g.captured for g in graphed.rollout.graphs.values())  # 2 warm-ups so far
     for stats in _run_without_syncs(graphed):  # its 3rd warm-up, then the capture, then a replay
         assert all(isinstance(v, float) for v in stats.values())
@@ -115,7 +115,7 @@ def test_cudagraphed_update_keeps_the_kl_early_stop_of_the_eager_one() -> None:
     assert first[1]["monitors/sgd_epochs"] == first[0]["monitors/sgd_epochs"]
     for a, b in zip(eager.policy.parameters(), graphed.policy.parameters()):
         torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-3)
-    assert graphed.update_graph.captured
+    assert graphed.update.captured
     for stats in _run_without_syncs(graphed):  # the gate lives in the graph; one sync per epoch
         assert all(isinstance(v, float) for v in stats.values())
 
@@ -183,7 +183,7 @@ def test_envs_that_are_not_graph_safe_keep_the_eager_collect() -> None:
     for _ in range(4):
         algo.collect()
         algo.step()
-    assert not algo.rollout.graphs and algo.update_graph.captured  # the update is still graphed
+    assert not algo.rollout.graphs and algo.update.captured  # the update is still graphed
 
 
 @pytest.mark.parametrize(
@@ -273,7 +273,7 @@ def test_seeds_collect_and_step_do_not_sync_on_cuda(config_name: str, extra: dic
         assert all(isinstance(v, float) for v in stats.values())
         assert "seed3/losses/total" in stats or "seed3/episodes/count" in stats
     if extra.get("cudagraphs"):
-        assert algo.update_graph.captured and algo.rollout.graphs[False].captured
+        assert algo.update.captured and algo.rollout.graphs[False].captured
 
 
 def _build(S: int, cudagraphs: bool, **extra):
@@ -307,7 +307,7 @@ def test_cudagraphed_seeds_update_as_eager_seeds_with_the_kl_early_stop_per_seed
     for k in range(2):
         _same_rollout((eager, graphed), seed=1 + k)
         first = eager.step(), graphed.step()
-        assert graphed.update_graph.captured
+        assert graphed.update.captured
         for i in range(S):
             key = f"seed{i}/monitors/optimizer_steps"
             assert first[1][key] == first[0][key], (k, i)
@@ -328,7 +328,7 @@ def test_a_diverged_seed_is_frozen_inside_the_cuda_graph() -> None:
             torch.manual_seed(10 + k)
             algo.collect(deterministic=True)
             algo.step()
-        assert algo.update_graph.captured
+        assert algo.update.captured
         torch.manual_seed(20)
         algo.collect(deterministic=True)
         if poison:
@@ -376,7 +376,7 @@ def test_a_captured_update_is_captured_again_after_load_state_dict() -> None:
         torch.manual_seed(k)
         algo.collect(deterministic=True)
         algo.step()
-    assert algo.update_graph.captured
+    assert algo.update.captured
     state = algo.state_dict()
     after = []
     for _ in range(2):
@@ -385,6 +385,28 @@ def test_a_captured_update_is_captured_again_after_load_state_dict() -> None:
         algo.step()
         after.append([p.detach().clone() for p in algo.policy.parameters()])
         algo.load_state_dict(state)
-        assert algo.update_graph is None
+        assert not algo.update.captured
     for a, b in zip(*after):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone() -> None:
+    """compile and cudagraphs combine: the graph replays the compiled update, which moves
+    the parameters as the compiled update alone does on the same rollout."""
+    config = dict(num_envs=256, horizon=16, device="cuda", seed=0, sgd_minibatch_size=1024, compile=True)
+    both = AlgorithmConfig(**config, cudagraphs=True).build(CartPole)
+    for _ in range(5):  # the update's 3 warm-ups, its capture, a replay
+        both.collect()
+        both.step()
+    assert both.update.captured and both.loss_fn is not both.losses
+    plain = AlgorithmConfig(**config).build(CartPole)
+    plain.load_state_dict(both.state_dict())
+    both.collect()
+    plain.buffer.update_(both.buffer)  # the same rollout for both updates
+    plain._buffered = True
+    graphed_stats, plain_stats = both.step(), plain.step()
+    for a, b in zip(plain.policy.parameters(), both.policy.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    assert graphed_stats["losses/total"] == pytest.approx(plain_stats["losses/total"], rel=1e-4, abs=1e-6)
+    for stats in _run_without_syncs(both):
+        assert all(isinstance(v, float) for v in stats.values())

@@ -86,7 +86,7 @@ class A2C(PPO):
     config: A2CConfig
     loss_fields = A2CLosses
 
-    def _objective(self, out: EvalOutput, rollout: Batch) -> A2CLosses:
+    def objective(self, out: EvalOutput, rollout: Batch) -> A2CLosses:
         inputs = (out.logp, out.entropy, out.values.float(), rollout[LOGP], rollout[ADVANTAGES], rollout[RETURNS])
         return a2c_losses(*inputs, vf_coeff=self.config.vf_coeff, entropy_coeff=self.entropy_coeff,
                           num_seeds=self.num_seeds)

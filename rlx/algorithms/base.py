@@ -267,7 +267,7 @@ class Algorithm(ABC):
 
     # -- shared parts of step ------------------------------------------------------------
 
-    def _optimizer_step(self, params: list[torch.nn.Parameter], gate: Tensor | None = None,
+    def optimizer_step(self, params: list[torch.nn.Parameter], gate: Tensor | None = None,
                         running: Tensor | None = None) -> None:
         """Clip (after unscaling AMP gradients), step the optimizer, clear gradients: each
         member apart (:meth:`rlx.members.Members.optimizer_step`)."""
@@ -281,7 +281,7 @@ class Algorithm(ABC):
                 f"{type(self).__name__}.step() called with no fresh rollout: call collect() before step()"
             )
 
-    def _compute_advantages(self) -> None:
+    def compute_advantages(self) -> None:
         """GAE over the buffer, in place into ``advantages`` and ``returns`` (float32)."""
         T = self.horizon
         buf = self.buffer
@@ -302,7 +302,7 @@ class Algorithm(ABC):
         # A member whose rollout holds NaN or inf diverged: frozen before any update.
         self.members.freeze_nonfinite_(buf.get(ADVANTAGES)[:, :T], buf.get(RETURNS)[:, :T])
 
-    def _flat_batch(self) -> dict[str, Obs]:
+    def flat_batch(self) -> dict[str, Obs]:
         """The ``N = B * T`` samples of the rollout as flat ``[N, ...]`` entries."""
         T = self.horizon
         return {key: flatten_time(self.buffer.get(key)[:, :T]) for key in (OBS, ACTIONS, LOGP, VALUES, ADVANTAGES, RETURNS)}

@@ -172,7 +172,7 @@ class NPG(Algorithm):
 
     def _surrogate(self, theta: Tensor, samples: Samples) -> Tensor:
         """0-d: the sum of the members' surrogates (whose gradient is each member's own)."""
-        return self._surrogates(theta, samples).sum()
+        return surrogate_of(self._dist(theta, samples), samples, self.members.mean_each).sum()
 
     # -- the step ------------------------------------------------------------------------
 
@@ -193,8 +193,8 @@ class NPG(Algorithm):
         """
         self._check_buffered()
         start = time.perf_counter()
-        self._compute_advantages()
-        batch = self._flat_batch()
+        self.compute_advantages()
+        batch = self.flat_batch()
         advantages = batch[ADVANTAGES]
         if self.config.normalize_advantages:
             advantages = self.members.normalize(advantages)
@@ -355,7 +355,7 @@ class NPG(Algorithm):
                     values = value_fn(obs_normalized[mb])
                 loss = 0.5 * members.mean_each((values.float() - returns[mb]).square())
                 self.grad_scaler.scale(loss.sum()).backward()
-                self._optimizer_step(self.critic_params)
+                self.optimizer_step(self.critic_params)
                 total = total + loss.detach()
                 count += 1
         return total / count

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
@@ -22,7 +23,7 @@ from rlx.algorithms.base import Algorithm
 from rlx.algorithms.kl_control import KLEarlyStop, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
 from rlx.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
-from rlx.cuda_graphs import GraphedCall
+from rlx.cuda_graphs import GraphedBatchCall
 from rlx.policy import EvalOutput, Obs
 from rlx.rollout import ActFn, ValueFn
 from rlx.schedulers import Schedule
@@ -157,22 +158,30 @@ class PPO(Algorithm):
         self._kl_index = self.loss_fields._fields.index("kl")  # where the KL sits in stacked losses
         self._micro_units = self._micro_batch_units()
         self._epoch_batch: dict[str, Tensor] = {}
-        # cudagraphs: the minibatch update replays from static inputs (made on first use).
-        self._graph_inputs: dict[str, Tensor] = {}
-        self.update_graph: GraphedCall[Tensor] | None = None
+        self._update_params = [p for p in self.policy.model.parameters() if p.requires_grad]
         self.kl_stop = None
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
             self.kl_stop = KLEarlyStop(config.target_kl_div, self.device, self.members.lead)
-        self._loss_fn = self._losses
-        if config.compile:
-            if not isinstance(self.env.observation_spec.zero(), Tensor):
-                raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
-            self._loss_fn = torch.compile(self._losses, dynamic=self.members.compile_dynamic)
+        if config.compile and not isinstance(self.env.observation_spec.zero(), Tensor):
+            raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
         if config.cudagraphs:
             if self.device.type != "cuda":
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
             if self.world_size > 1:
                 raise ValueError("AlgorithmConfig.cudagraphs: not supported under torch.distributed yet")
+        # What runs the update: the plain methods, wrapped here and only here. ``compile``
+        # compiles the forward pass and losses (inductor); ``cudagraphs`` captures the
+        # whole minibatch update (which may call the compiled code) in a CUDA graph.
+        self.loss_fn = torch.compile(self.losses, dynamic=self.members.compile_dynamic) if config.compile else self.losses
+        self.update = self._wrapped_update()
+
+    def _wrapped_update(self) -> Callable[..., Tensor]:
+        """:meth:`minibatch_update`, through a CUDA graph with ``cudagraphs`` (a new one
+        after each load: a captured graph reads the optimizer state it was captured with)."""
+        if not self.config.cudagraphs:
+            return self.minibatch_update
+        return GraphedBatchCall(self.minibatch_update, self.device,
+                                before_capture=lambda: self.optimizer.zero_grad(set_to_none=True))
 
     @property
     def uses_cuda_graphs(self) -> bool:
@@ -230,11 +239,11 @@ class PPO(Algorithm):
         self._check_buffered()
         start = time.perf_counter()
         cfg = self.config
-        self._compute_advantages()
+        self.compute_advantages()
         normalize = self.members.normalize if cfg.normalize_advantages else None
         batch = self.minibatches.batch(self.buffer, self.horizon, normalize)
         lr, entropy_coeff = self.lr, self._entropy_coeff_value
-        stats, epochs_run = self._run_epochs(batch)
+        stats, epochs_run = self.run_epochs(batch)
         self._finish_step()
         self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
         self.entropy_coeff.fill_(self._entropy_coeff_value)
@@ -256,13 +265,12 @@ class PPO(Algorithm):
         self._check_params_finite(host, out)
         return out
 
-    def _run_epochs(self, batch: Batch) -> tuple[Stats, int]:
-        """The epochs of minibatch updates: their statistics (on the device) and the
-        number of epochs run."""
+    def run_epochs(self, batch: Batch) -> tuple[Stats, int]:
+        """The epochs of minibatch updates over ``batch`` (from :attr:`minibatches`): their
+        statistics (on the device) and the number of epochs run."""
         cfg, control, members = self.config, self.kl_stop, self.members
         bounds = self.minibatch_bounds()
         num_minibatches, N = len(bounds), sum(size for _, size in bounds)
-        params = [p for p in self.policy.model.parameters() if p.requires_grad]
         sums = torch.zeros(len(self.loss_fields._fields), *members.lead, device=self.device)  # in loss_fields' order
         kl_index = self._kl_index
         kl_max = torch.zeros(members.lead, device=self.device)
@@ -279,15 +287,14 @@ class PPO(Algorithm):
             kl_so_far = torch.zeros((), device=self.device)  # with accumulation: the epoch's weighted KL
             for k, (lo, size) in enumerate(bounds):
                 mb = {key: x[lo : lo + size] for key, x in epoch.items()}
-                if cfg.cudagraphs:
-                    losses = self._graphed_update(mb, params)
+                if not cfg.accumulate_grads:
+                    losses = self.update(mb)
                 else:
-                    # With accumulation each minibatch mean is weighted by its share of
-                    # the buffer, so the summed gradient is exactly the full-batch one.
-                    weight = size / N if cfg.accumulate_grads else 1.0
-                    step_now = not cfg.accumulate_grads or k == num_minibatches - 1
-                    losses = self._update(mb, params, weight=weight, step=step_now, kl_so_far=kl_so_far)
-                    kl_so_far = kl_so_far + weight * losses[kl_index] if cfg.accumulate_grads else kl_so_far
+                    # Each minibatch mean is weighted by its share of the buffer, so the
+                    # summed gradient is exactly the full-batch one.
+                    weight = size / N
+                    losses = self.update(mb, weight=weight, step=k == num_minibatches - 1, kl_so_far=kl_so_far)
+                    kl_so_far = kl_so_far + weight * losses[kl_index]
                 sums += losses * running
                 torch.where(running > 0, torch.maximum(kl_max, losses[kl_index]), kl_max, out=kl_max)
             epochs_run += 1
@@ -351,54 +358,49 @@ class PPO(Algorithm):
             self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
         return epoch
 
-    def _update(
-        self, mb: Batch, params: list, *, weight: float = 1.0, step: bool = True, kl_so_far: Tensor | None = None
-    ) -> Tensor:
-        """One minibatch: forward, PPO losses, backward, and (when ``step``) the optimizer.
+    def minibatch_update(self, mb: Batch, *, weight: float = 1.0, step: bool = True,
+                         kl_so_far: Tensor | None = None) -> Tensor:
+        """One minibatch: forward, losses, backward of ``weight`` times their total, and
+        (when ``step``) the optimizer step; returns the :attr:`loss_fields` of the
+        minibatch, stacked in field order.
 
         A minibatch larger than the micro-batch is run in micro-batches whose gradients
         accumulate, each weighted by its share: the same gradient and statistics as one
         pass, up to float rounding, with activations that stay in cache on a CPU. With
-        KL controls, the step is judged on the KL of the data its gradient came from:
-        this minibatch's (``weight`` times it plus ``kl_so_far``, the epoch's earlier
-        minibatches, with accumulation).
-
-        Returns:
-            The :attr:`loss_fields` of the minibatch, stacked in field order.
+        the KL early stop, the step is judged on the KL of the data its gradient came
+        from: this minibatch's (``weight`` times it plus ``kl_so_far``, the epoch's
+        earlier minibatches, with ``accumulate_grads``).
         """
         size = next(iter(mb.values())).shape[0]
-        chunk = self._micro_units
-        if size <= chunk:
-            stats = self._backward(mb, weight)
-        else:
-            stats = torch.zeros(len(self.loss_fields._fields), device=self.device)
-            for lo in range(0, size, chunk):
-                part = {key: x[lo : lo + chunk] for key, x in mb.items()}
-                share = min(chunk, size - lo) / size
-                stats += share * self._backward(part, weight * share)
+        chunk = min(self._micro_units, size)
+        stats: Tensor | None = None
+        for lo in range(0, size, chunk):
+            part = mb if chunk == size else {key: x[lo : lo + chunk] for key, x in mb.items()}
+            share = min(chunk, size - lo) / size
+            losses = self.loss_fn(part)
+            total = losses.total.sum()  # S members: the sum of their losses, whose gradient is each one's own
+            scale = weight * share
+            self.grad_scaler.scale(total * scale if scale != 1.0 else total).backward()
+            terms = torch.stack([losses.total.detach(), *losses[1:]])
+            terms = terms if chunk == size else share * terms
+            stats = terms if stats is None else stats + terms
+        assert stats is not None
         if step:
             gate = running = None
             if self.kl_stop is not None:
                 kl = stats[self._kl_index] * weight + (kl_so_far if kl_so_far is not None else 0.0)
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
                 gate, running = self.kl_stop.gate(kl, self.members.active()), self.kl_stop.running
-            self._optimizer_step(params, gate, running)
+            self.optimizer_step(self._update_params, gate, running)
         return stats
 
-    def _backward(self, mb: Batch, weight: float) -> Tensor:
-        """Forward, PPO losses and backward of ``weight * loss`` (no optimizer step)."""
-        losses = self._loss_fn(mb)
-        total = losses.total.sum()  # S members: the sum of their losses, whose gradient is each one's own
-        self.grad_scaler.scale(total * weight if weight != 1.0 else total).backward()
-        return torch.stack([losses.total.detach(), *losses[1:]])
-
-    def _losses(self, mb: Batch) -> tuple:
-        """The policy's forward pass on a minibatch and its losses."""
+    def losses(self, mb: Batch) -> tuple:
+        """The policy's forward pass on a minibatch and its :attr:`loss_fields` (with grad)."""
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.config.enable_amp):
             out, rollout = self.minibatches.evaluate(self.policy, mb)
-        return self._objective(out, rollout)
+        return self.objective(out, rollout)
 
-    def _objective(self, out: EvalOutput, rollout: Batch) -> PPOLosses:
+    def objective(self, out: EvalOutput, rollout: Batch) -> PPOLosses:
         """The loss terms of the policy's outputs ``out`` on a minibatch's ``rollout`` entries."""
         cfg = self.config
         return ppo_losses(
@@ -417,25 +419,11 @@ class PPO(Algorithm):
             num_seeds=self.num_seeds,
         )
 
-    def _graphed_update(self, mb: Batch, params: list) -> Tensor:
-        """:meth:`_update` through a CUDA graph (:class:`~rlx.cuda_graphs.GraphedCall`):
-        the minibatch is copied into static inputs, then the update runs or replays."""
-        if self.update_graph is None:
-            self._graph_inputs = {k: torch.empty_like(v) for k, v in mb.items()}
-            self.update_graph = GraphedCall(
-                lambda: self._update(self._graph_inputs, params),
-                self.device,
-                before_capture=lambda: self.optimizer.zero_grad(set_to_none=True),
-            )
-        for key, value in mb.items():
-            self._graph_inputs[key].copy_(value)
-        return self.update_graph().clone()
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         # Loading replaced the optimizer's state tensors, which a captured update would
         # go on reading: warm up and capture again at the next step().
-        self.update_graph, self._graph_inputs = None, {}
+        self.update = self._wrapped_update()
         # The entropy coefficient is a function of the restored env-step count.
         self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
         self.entropy_coeff.fill_(self._entropy_coeff_value)

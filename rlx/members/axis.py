@@ -24,6 +24,7 @@ from torch import Tensor, nn
 
 from rlx import distributed as rdist
 from rlx.members.ops import (
+    member_lead,
     clip_grad_norm_per_seed_,
     grad_norms_per_seed,
     normalize_per_seed,
@@ -87,7 +88,7 @@ class Members:
     @property
     def lead(self) -> tuple[int, ...]:
         """The leading shape of a per-member value: ``()`` for one member, ``(S,)`` else."""
-        return () if self.size == 1 else (self.size,)
+        return member_lead(self.size)
 
     @property
     def can_cut_passes(self) -> bool:

@@ -78,7 +78,7 @@ def _reference_steps(algo, target: float) -> int:
     """Replay step()'s minibatches with host decisions: judge each optimizer step on the
     KL of its data before it (SB3's rule) and stop at the first one above the limit."""
     cfg = algo.config
-    algo._compute_advantages()
+    algo.compute_advantages()
     batch = algo.minibatches.batch(algo.buffer, algo.horizon, algo.members.normalize)
     bounds = algo.minibatch_bounds()
     N = sum(size for _, size in bounds)
@@ -88,7 +88,7 @@ def _reference_steps(algo, target: float) -> int:
         judged = 0.0
         for k, (lo, size) in enumerate(bounds):
             mb = {key: x[lo : lo + size] for key, x in batch.items()}
-            losses = algo._losses(mb)
+            losses = algo.losses(mb)
             weight = size / N if cfg.accumulate_grads else 1.0
             (losses.total * weight).backward()
             judged += weight * float(losses.kl)
@@ -96,7 +96,7 @@ def _reference_steps(algo, target: float) -> int:
                 if judged > EARLY_STOP_FACTOR * target:
                     algo.optimizer.zero_grad(set_to_none=True)
                     return applied
-                algo._optimizer_step(params)
+                algo.optimizer_step(params)
                 applied += 1
                 judged = 0.0
     return applied

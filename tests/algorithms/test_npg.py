@@ -33,8 +33,8 @@ def _actor(algo) -> list[torch.Tensor]:
 def _batch(algo):
     """Collect, compute GAE, and return the flat batch the natural step uses."""
     algo.collect()
-    algo._compute_advantages()
-    batch = algo._flat_batch()
+    algo.compute_advantages()
+    batch = algo.flat_batch()
     adv = batch["advantages"]
     obs = batch["obs"]
     return algo.policy.normalize(obs), obs, batch["actions"], batch["logp"], (adv - adv.mean()) / adv.std()

@@ -254,9 +254,10 @@ def test_micro_batch_size_defaults_to_a_split_on_cpu_only(scripted_env) -> None:
         _config(micro_batch_size=-1)
 
 
-def test_compile_is_refused_with_cudagraphs_and_for_dict_observations(masked_choice_env) -> None:
-    with pytest.raises(ValueError, match="AlgorithmConfig.compile: cannot be combined with cudagraphs"):
-        AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile=True, cudagraphs=True)
+def test_compile_combines_with_cudagraphs_and_is_refused_for_dict_observations(masked_choice_env, scripted_env) -> None:
+    both = AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile=True, cudagraphs=True)
+    with pytest.raises(ValueError, match="AlgorithmConfig.cudagraphs: needs a CUDA device"):  # the device, not the pair
+        both.build(scripted_env)
     with pytest.raises(ValueError, match="AlgorithmConfig.compile: must be a bool"):
         AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile="yes")
     with pytest.raises(ValueError, match="compile: needs tensor observations"):
@@ -271,7 +272,7 @@ def test_compiled_ppo_solves_cartpole_like_eager(train_best) -> None:
     from rlx.examples.cartpole import SOLVED_LENGTH, cartpole_config
 
     algo = dataclasses.replace(cartpole_config(seed=0, device="cpu"), compile=True).build(CartPole)
-    assert algo._loss_fn is not algo._losses  # the compiled path is the one that runs
+    assert algo.loss_fn is not algo.losses  # the compiled path is the one that runs
     best = train_best(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
     assert best >= SOLVED_LENGTH, f"best mean episode length {best:.1f} after {algo.env_steps} env steps"
 

@@ -288,7 +288,7 @@ def test_compiled_seeds_act_and_update_as_eager_seeds() -> None:
     for algo in (eager, compiled):
         torch.manual_seed(5)  # the same shuffles
         stats.append(algo.step())
-    assert compiled._loss_fn is not compiled._losses
+    assert compiled.loss_fn is not compiled.losses
     for a, b in zip(eager.policy.model.parameters(), compiled.policy.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
     for i in range(3):
