@@ -20,8 +20,10 @@ from typing import Any, Iterable
 ROOT = Path(__file__).resolve().parents[1]
 #: Where the results files live: ``<name>.jsonl``, and the scripts' markdown tables.
 RESULTS = ROOT / "benchmarks" / "results"
+#: Results of the one-off scripts in ``benchmarks/experiments/``.
+EXPERIMENT_RESULTS = ROOT / "benchmarks" / "experiments" / "results"
 
-__all__ = ["RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "results_path",
+__all__ = ["EXPERIMENT_RESULTS", "RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "results_path",
            "run_fields", "train_until"]
 
 
@@ -108,7 +110,7 @@ def git_dirty(*paths: str, untracked: bool = False) -> bool:
 def _host() -> tuple[str, str]:
     import torch
 
-    from rlx.bench import cpu_name
+    from rlx.run.bench import cpu_name
 
     return torch.__version__, cpu_name()
 
@@ -119,9 +121,9 @@ def run_fields() -> dict[str, str]:
     return {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "torch": torch_version, "cpu": cpu}
 
 
-def results_path(name: str) -> Path:
-    """``benchmarks/results/<name>.jsonl``."""
-    return RESULTS / f"{name}.jsonl"
+def results_path(name: str, folder: Path = RESULTS) -> Path:
+    """``benchmarks/results/<name>.jsonl`` (or ``<folder>/<name>.jsonl``)."""
+    return folder / f"{name}.jsonl"
 
 
 def append_results(path: str | Path, rows: dict[str, Any] | Iterable[dict[str, Any]], **fields: Any) -> Path:

@@ -15,7 +15,7 @@ when the time runs out:
    parity tests are then not collected), rl8 (no side-by-side part) and matplotlib.
 2. ``gpu_tests``: pytest in a subprocess over every test module that mentions CUDA
    (``tests/test_gpu.py``, the ``gpu``-marked tests in ``tests/envs/test_episodic.py``,
-   ``tests/test_gae.py``, ... and the rest of those modules), ``-m "gpu or not slow"``.
+   ``tests/core/test_gae.py``, ... and the rest of those modules), ``-m "gpu or not slow"``.
    A small plugin (``benchmarks/gpu/pytest_part.py``, loaded with ``-p gpu.pytest_part``)
    counts passed, failed, skipped and errors for the ``gpu``-marked tests and for the
    others separately.
@@ -27,7 +27,7 @@ when the time runs out:
    ``rewards``, ``terminated`` and ``truncated`` must agree to the bit
    (``torch.equal``), sampling and deterministic. The eager PPO updates between rounds,
    so the graph must read the live parameters.
-4. ``throughput``: :func:`rlx.bench.bench_one` (medians of ``collect()`` and ``step()``
+4. ``throughput``: :func:`rlx.run.bench.bench_one` (medians of ``collect()`` and ``step()``
    after warm-up, CUDA synchronised) for CartPole and Pendulum at B = 4096, 16384 and
    65536, T = 32, a 64x64 tanh MLP: PPO eager and ``cudagraphs=True`` with minibatches
    of at most 32768 samples (``ppo``) and with four minibatches an epoch (``ppo_4mb``,

@@ -89,7 +89,7 @@ def commit() -> str:
 
 
 def machine() -> str:
-    from rlx.bench import cpu_name
+    from rlx.run.bench import cpu_name
 
     return f"{cpu_name()}, {os.cpu_count()} cores"
 

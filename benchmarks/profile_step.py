@@ -3,7 +3,7 @@
     python benchmarks/profile_step.py [--env CartPole] [--algo ppo] [--num-envs 65536]
         [--horizon 32] [--minibatch 32768] [--cudagraphs] [--top 15] [--out FILE]
 
-It builds the config of :func:`rlx.bench.bench_one` (64x64 tanh MLP, 4 epochs), warms up
+It builds the config of :func:`rlx.run.bench.bench_one` (64x64 tanh MLP, 4 epochs), warms up
 (graph captures included), then times ``collect()`` and ``step()`` with CUDA synchronised
 and profiles one of each with :mod:`torch.profiler`. A step whose GPU busy time is far
 below its wall clock is launch- or Python-bound (fewer, larger graphs help); one whose

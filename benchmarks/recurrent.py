@@ -28,7 +28,7 @@ import torch
 
 from common import ROOT, append_results, results_path, train_until
 from rlx import AlgorithmConfig
-from rlx.trainer import load_run_config
+from rlx.run.trainer import load_run_config
 
 TASKS = {
     "cue_recall": ("cue_recall_recurrent_ppo.yaml", "episodes/return_mean", 0.95, 2_000_000),

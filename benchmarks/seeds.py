@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from common import RESULTS, ROOT, append_results, results_path, run_fields
-from rlx.run_config import load_run_config
-from rlx.trainer import Trainer
+from rlx.config.run import load_run_config
+from rlx.run.trainer import Trainer
 
 
 def train_once(config_path: str, seeds: int) -> dict:

@@ -5,7 +5,7 @@ setting, on an idle machine and beside a competing process, and records the trai
 time the command prints. Settings:
 
 * ``torch-default``: torch's own choice (one thread per core), what rlx used before;
-* ``auto``: rlx's default (``rlx.threads``: the cores other processes leave free,
+* ``auto``: rlx's default (``rlx.run.threads``: the cores other processes leave free,
   looked at again every 5 s);
 * ``1``: one thread;
 * ``passive``: torch's default with ``OMP_WAIT_POLICY=PASSIVE`` (waiting threads sleep

@@ -65,7 +65,7 @@ def _result(solved: bool, env_steps: int, seconds: float, best: float) -> Result
 
 
 def run_rlx(algo_name: str, task: str, seed: int, budget_s: float) -> Result:
-    from rlx.trainer import load_run_config
+    from rlx.run.trainer import load_run_config
 
     run = load_run_config(ROOT / "configs" / f"{task}_{algo_name}.yaml", [f"config.seed={seed}"])
     algo = run.config.build(run.env_cls)

@@ -19,7 +19,11 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from rlx import _moved
+
 __version__ = "0.1.0"
+
+_moved.install()  # modules that moved into packages keep their old import paths
 
 _EXPORTS = {
     "A2C": "rlx.algorithms.a2c",
@@ -37,11 +41,11 @@ _EXPORTS = {
     "ConfigError": "rlx.config",
     "Env": "rlx.env",
     "EnvOutputError": "rlx.env",
-    "generalized_advantage_estimate": "rlx.gae",
-    "Trainer": "rlx.trainer",
-    "TrainerConfig": "rlx.trainer",
-    "load_policy": "rlx.export",
-    "export_onnx": "rlx.export",
+    "generalized_advantage_estimate": "rlx.core.gae",
+    "Trainer": "rlx.run.trainer",
+    "TrainerConfig": "rlx.run.trainer",
+    "load_policy": "rlx.run.export",
+    "export_onnx": "rlx.run.export",
 }
 __all__ = sorted(_EXPORTS)
 
@@ -61,9 +65,9 @@ if TYPE_CHECKING:
         RecurrentAlgorithmConfig,
     )
     from rlx.env import Env, EnvOutputError
-    from rlx.export import export_onnx, load_policy
-    from rlx.gae import generalized_advantage_estimate
-    from rlx.trainer import Trainer, TrainerConfig
+    from rlx.run.export import export_onnx, load_policy
+    from rlx.core.gae import generalized_advantage_estimate
+    from rlx.run.trainer import Trainer, TrainerConfig
 
 
 def __getattr__(name: str) -> Any:

@@ -1,5 +1,5 @@
 """``python -m rlx``: the same as the ``rlx`` command."""
 
-from rlx.cli import main
+from rlx.run.cli import main
 
 raise SystemExit(main())

@@ -42,7 +42,7 @@ import torch
 from tensordict import TensorDictBase
 from torchrl.data import Composite, TensorSpec
 
-from rlx.yaml_types import import_object, object_path
+from rlx.core.yaml_types import import_object, object_path
 
 __all__ = [
     "Env",

@@ -6,7 +6,7 @@ num_params=(S, I), **model_config)`` whose ``forward(obs)`` maps a batch of ``N`
 Optional methods make it faster: ``value(obs)`` and ``dist_params(obs)`` (one head
 only), and ``actor_parameters()`` / ``critic_parameters()`` for NPG (otherwise NPG finds
 the split by autograd at build, and rejects parameters that both heads use).
-``(S, I)`` is the distribution's :meth:`~rlx.distributions.Distribution.param_layout`:
+``(S, I)`` is the distribution's :meth:`~rlx.core.distributions.Distribution.param_layout`:
 state-dependent and state-independent parameters. ``obs`` is a ``[N, *obs]`` tensor, or
 a TensorDict with batch size ``[N]`` for a ``Composite`` observation spec.
 

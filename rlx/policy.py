@@ -24,11 +24,11 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Composite, TensorSpec
 
-from rlx.distributions import Distribution, default_distribution_cls
+from rlx.core.distributions import Distribution, default_distribution_cls
 from rlx.env import ACTION_MASK, EnvOutputError, check_obs_groups
-from rlx.members.ops import by_member, from_by_member, member_lead
+from rlx.core.layout import by_member, from_by_member, member_lead
 from rlx.models import MLPActorCritic, RecurrentActorCritic
-from rlx.normalization import RunningMeanStd
+from rlx.core.normalization import RunningMeanStd
 
 __all__ = [
     "ActOutput",
@@ -119,7 +119,7 @@ class PolicyBase(nn.Module):
         device: Device of the parameters.
         obs_groups: ``{"actor": [keys], "critic": [keys]}``: the top-level keys of a
             Composite observation the actor and the critic read (see
-            :attr:`~rlx.config_base.CommonConfig.obs_groups`); passed to a built model.
+            :attr:`~rlx.config.base.CommonConfig.obs_groups`); passed to a built model.
     """
 
     #: The model class built when neither ``model`` nor ``model_cls`` is given.

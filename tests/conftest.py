@@ -12,9 +12,9 @@ from tensordict import TensorDict
 from torchrl.data import Categorical, Composite, Unbounded
 
 from rlx.env import Env
-from rlx.threads import AutoThreads, threads_are_set_by_user
+from rlx.run.threads import AutoThreads, threads_are_set_by_user
 
-# torch's threads kept off the cores other processes use (rlx.threads), looked at again
+# torch's threads kept off the cores other processes use (rlx.run.threads), looked at again
 # between tests at most every 5 s: a suite beside another busy process stays fast.
 _CPU_THREADS = None if threads_are_set_by_user() else AutoThreads()
 

@@ -16,7 +16,7 @@ from tensordict import TensorDict
 from torchrl.data import Categorical, Unbounded
 
 from rlx import AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
-from rlx import distributed as rdist
+from rlx.core import distributed as rdist
 from rlx.env import Env
 
 
@@ -25,7 +25,7 @@ class IndexedWalker(Env):
 
     Episodes last g % 4 + 3 steps; even g terminate, odd g truncate. No RNG anywhere, so
     2 ranks x B/2 envs see exactly the transitions of 1 rank x B envs. With ``seeds = S``
-    the S blocks of rows are the seeds' (rlx.seeds), and g counts within each seed's
+    the S blocks of rows are the seeds' (rlx.members), and g counts within each seed's
     envs across ranks: seed i sees the same envs on 1 and on 2 ranks.
     """
 
@@ -118,7 +118,7 @@ class RankZeroMarksSeedOneDone:
 def seeds_done(common: dict, out: str, rank: int) -> None:
     """2 seeds under a Trainer for 5 iterations: every rank must stop updating seed 1
     when rank 0's condition marks it done, and keep seed 0 going alike."""
-    from rlx.trainer import Trainer, TrainerConfig
+    from rlx.run.trainer import Trainer, TrainerConfig
 
     IndexedWalker.seeds = 2
     algo = AlgorithmConfig(**common, num_seeds=2, optimizer_config={"lr": 1e-2}).build(IndexedWalker)
@@ -135,7 +135,7 @@ def main() -> None:
     world, rank = rdist.world_size(), rdist.rank()
     if mode == "running_stats":
         # 10 samples on rank 0, 3 on rank 1; only the syncing instance merges them.
-        from rlx.normalization import RunningMeanStd
+        from rlx.core.normalization import RunningMeanStd
 
         synced, local = RunningMeanStd((2,), sync_ranks=True), RunningMeanStd((2,))
         x = torch.arange(2 * (10 - 7 * rank), dtype=torch.float32).view(-1, 2) + 100 * rank
@@ -185,7 +185,7 @@ def main() -> None:
 
             env_cls = RslRlVecEnv.factory(IndexedWalkerVecEnv)
         if mode == "mismatch_env_kwargs":  # the same env class, bound to other arguments
-            from rlx.run_config import env_factory
+            from rlx.config.run import env_factory
 
             env_cls = env_factory("rlx.envs:CueRecall", {"delay": 4 + 4 * rank})
         algo = config.build(env_cls)

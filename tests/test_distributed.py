@@ -179,7 +179,7 @@ def test_a_signal_under_torchrun_stops_every_rank_at_one_iteration_and_rank_zero
     import json
     import signal
 
-    from rlx.checkpoint import latest_checkpoint, load_checkpoint
+    from rlx.run.checkpoint import latest_checkpoint, load_checkpoint
 
     run_dir = tmp_path / "run"
     config = str(ROOT / "configs" / "cartpole_ppo.yaml")

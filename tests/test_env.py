@@ -138,7 +138,7 @@ class ActionZeroingEnv(ConfigurableEnv):
 
 
 def test_the_buffer_keeps_the_sampled_actions_when_the_env_modifies_them_in_place() -> None:
-    from rlx.buffer import ACTIONS, LOGP
+    from rlx.collect.buffer import ACTIONS, LOGP
     from rlx.env import OBS
 
     algo = _build(ActionZeroingEnv)

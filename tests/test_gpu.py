@@ -1,7 +1,7 @@
 """CUDA: collect() and step() run without host syncs beyond the documented ones.
 
 The documented syncs (one stats transfer per collect and per step, one per epoch for KL
-early stopping) run inside ``rlx._sync.allowed_sync``; everything else here runs under
+early stopping) run inside ``rlx.core._sync.allowed_sync``; everything else here runs under
 ``torch.cuda.set_sync_debug_mode("error")``, so a new sync anywhere fails the test.
 """
 
@@ -126,7 +126,7 @@ def _rollout(algo) -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("normalize_obs", [False, True])
 def test_cudagraphed_collect_replays_the_eager_rollout_bit_for_bit(normalize_obs: bool) -> None:
-    from rlx.cuda_graphs import GRAPH_WARMUPS
+    from rlx.core.cuda_graphs import GRAPH_WARMUPS
     from rlx.envs import DiscreteDummyEnv
 
     def build(cudagraphs: bool):
@@ -353,7 +353,7 @@ def test_eight_graphed_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path) 
     """``rlx train configs/cartpole_ppo.yaml --seeds 8`` on CUDA with ``cudagraphs=True``:
     every seed reaches the stop threshold within the budget, and the seeds that reach it
     first stop updating (their done flag is read by the replayed update)."""
-    from rlx.cli import main
+    from rlx.run.cli import main
 
     run_dir = tmp_path / "run"
     args = ["train", str(ROOT / "configs" / "cartpole_ppo.yaml"), "--seeds", "8", "--run-dir", str(run_dir),

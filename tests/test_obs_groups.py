@@ -108,7 +108,7 @@ def test_each_network_reads_its_group_and_acting_needs_only_the_actor_keys() -> 
         assert torch.equal(model.dist_params(policy.normalize(obs)), model.dist_params(policy.normalize(changed)))
         assert not torch.equal(policy.value(obs), policy.value(changed))
     assert policy.actor_obs_keys == ["policy"]
-    from rlx.export import DeployedPolicy
+    from rlx.run.export import DeployedPolicy
 
     deployed = DeployedPolicy(policy)
     actor_only = TensorDict({"policy": obs["policy"]}, batch_size=obs.batch_size)  # no privileged key at all

@@ -10,7 +10,7 @@ import pytest
 
 from rlx import AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
 from rlx.policy import Policy
-from rlx.evaluation import evaluate_policy
+from rlx.collect.evaluation import evaluate_policy
 
 
 def test_act_and_evaluate_agree_on_logp_and_values() -> None:

@@ -32,8 +32,8 @@ def unsupported(algorithm: str, mode: str) -> str | None:
 
 
 def throughput(env: str, algorithm: str, mode: str, num_envs: int, sizes: Sizes, device: str) -> dict[str, Any]:
-    """Collect, update and end-to-end throughput of one grid point (see :func:`rlx.bench.bench_one`)."""
-    from rlx.bench import bench_one
+    """Collect, update and end-to-end throughput of one grid point (see :func:`rlx.run.bench.bench_one`)."""
+    from rlx.run.bench import bench_one
 
     row = bench_one(
         env, algorithm, num_envs, sizes.horizon, device, HIDDENS, False, sizes.iters, sizes.warmup,
@@ -77,7 +77,7 @@ def graphed_vs_eager(env: str, num_envs: int, horizon: int, device: str, rounds:
 
     import rlx.envs
     from rlx import AlgorithmConfig
-    from rlx.cuda_graphs import GRAPH_WARMUPS
+    from rlx.core.cuda_graphs import GRAPH_WARMUPS
 
     env_cls = getattr(rlx.envs, env)
 
@@ -195,8 +195,8 @@ def rl8_side_by_side(num_envs: int, horizon: int, device: str, iters: int) -> di
     import rl8
     from rl8.env import DiscreteDummyEnv
     from rlx import AlgorithmConfig
-    from rlx.cuda_graphs import GRAPH_WARMUPS
-    from rlx.bench import _sync
+    from rlx.core.cuda_graphs import GRAPH_WARMUPS
+    from rlx.run.bench import _sync
 
     dev = torch.device(device)
     libs: dict[str, Any] = {"rl8": rl8.AlgorithmConfig(num_envs=num_envs, horizon=horizon, device=device).build(DiscreteDummyEnv)}

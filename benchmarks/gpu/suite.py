@@ -44,7 +44,7 @@ class Suite:
         if self.cuda:
             self.device_name = torch.cuda.get_device_name(self.device)
         else:
-            from rlx.bench import cpu_name
+            from rlx.run.bench import cpu_name
 
             self.device_name = cpu_name()
         commit = git_commit() + ("-dirty" if git_dirty() else "")
@@ -219,6 +219,6 @@ class Suite:
 
 
 def _cpu() -> str:
-    from rlx.bench import cpu_name
+    from rlx.run.bench import cpu_name
 
     return cpu_name()

@@ -2,11 +2,11 @@
 
 rlx documents dataclass fields and constants with ``#:`` comments above them (the Sphinx
 convention, which ``--help`` texts and editors read) and cross-references with Sphinx
-roles (``:class:`~rlx.rollout.Rollout```). Griffe reads neither, so this extension
+roles (``:class:`~rlx.collect.rollout.Rollout```). Griffe reads neither, so this extension
 
 * makes the ``#:`` comment block above an attribute its docstring, and
-* renders a role as inline code: ``:class:`~rlx.rollout.Rollout``` -> ``Rollout``,
-  ``:mod:`rlx.cuda_graphs``` -> ``rlx.cuda_graphs``.
+* renders a role as inline code: ``:class:`~rlx.collect.rollout.Rollout``` -> ``Rollout``,
+  ``:mod:`rlx.core.cuda_graphs``` -> ``rlx.core.cuda_graphs``.
 
 It changes only what the docs show, never the code.
 """

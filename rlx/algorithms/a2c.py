@@ -16,9 +16,9 @@ import torch
 from torch import Tensor
 
 from rlx.algorithms.ppo import PPO
-from rlx.seeds import seed_means
+from rlx.members import seed_means
 from rlx.algorithms.recurrent_ppo import RecurrentUpdate
-from rlx.buffer import ADVANTAGES, LOGP, RETURNS
+from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS
 from rlx.policy import EvalOutput
 
 if TYPE_CHECKING:

@@ -1,7 +1,7 @@
 """What every rlx algorithm shares: the policy, the optimizer, the GAE call and the state.
 
 The subclass (PPO, NPG) supplies :meth:`Algorithm.step`. The env, the buffer and the T
-loop belong to the :class:`~rlx.rollout.Rollout`; ``collect()`` here decides when to
+loop belong to the :class:`~rlx.collect.rollout.Rollout`; ``collect()`` here decides when to
 reset, runs it, and moves its statistics to the host in ONE transfer.
 """
 
@@ -16,18 +16,18 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from rlx import distributed as rdist
-from rlx.buffer import ACTIONS, ADVANTAGES, FINAL_VALUES, LOGP, RETURNS, VALUES
-from rlx.config_fields import ConfigError
+from rlx.core import distributed as rdist
+from rlx.collect.buffer import ACTIONS, ADVANTAGES, FINAL_VALUES, LOGP, RETURNS, VALUES
+from rlx.core.config_fields import ConfigError
 from rlx.env import OBS, REWARDS, TERMINATED, TRUNCATED, check_device_available, check_env_limits, env_is_graph_safe, env_record
-from rlx.gae import generalized_advantage_estimate_
-from rlx.normalization import RewardScaler
+from rlx.core.gae import generalized_advantage_estimate_
+from rlx.core.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
-from rlx.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
-from rlx.schedulers import Schedule
+from rlx.collect.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
+from rlx.core.schedulers import Schedule
 from rlx.members import Members
 from rlx.members.optim import KERNEL_FLAGS, SeedAdam
-from rlx.yaml_types import config_to_dict
+from rlx.core.yaml_types import config_to_dict
 
 if TYPE_CHECKING:
     from rlx.config import CommonConfig
@@ -47,7 +47,7 @@ class Algorithm(ABC):
     Attributes:
         env: The env instance.
         policy: The :class:`~rlx.policy.PolicyBase`.
-        rollout: The :class:`~rlx.rollout.Rollout` that owns the buffer and the T loop.
+        rollout: The :class:`~rlx.collect.rollout.Rollout` that owns the buffer and the T loop.
         optimizer: Optimizer over the policy's parameters.
         env_steps: Env transitions collected so far (``B * T`` per collect, all ranks).
     """
@@ -202,7 +202,7 @@ class Algorithm(ABC):
 
     @property
     def buffer(self) -> TensorDict | None:
-        """The ``[B, T+1]`` rollout buffer (see :mod:`rlx.buffer`); ``None`` before
+        """The ``[B, T+1]`` rollout buffer (see :mod:`rlx.collect.buffer`); ``None`` before
         :meth:`validate`."""
         return self.rollout.buffer
 

@@ -16,7 +16,7 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from rlx.buffer import ACTIONS, ADVANTAGES, HIDDEN, LOGP, RESETS, RETURNS, VALUES
+from rlx.collect.buffer import ACTIONS, ADVANTAGES, HIDDEN, LOGP, RESETS, RETURNS, VALUES
 from rlx.env import OBS
 from rlx.policy import EvalOutput, Obs, Policy, RecurrentPolicy, flatten_time
 

@@ -7,7 +7,7 @@ One :meth:`NPG.step` per collected batch:
    batch, at θ_old (where it equals the plain ``mean(∇logp A)``).
 3. ``x ≈ (F + λ I)⁻¹ g`` by conjugate gradient, with Fisher-vector products on a random
    ``fvp_subsample`` of the batch: Gauss-Newton ``Jᵀ M J v`` with the distribution's
-   analytic ``M`` (:meth:`~rlx.distributions.Distribution.fisher_product`), or the Hessian
+   analytic ``M`` (:meth:`~rlx.core.distributions.Distribution.fisher_product`), or the Hessian
    of the mean KL for a distribution without one.
 4. The step: ``sqrt(2δ / xᵀ(F + λ I)x) · x`` (``"kl"``) or ``trust_region_size · x``
    (``"fixed"``); with ``line_search``, TRPO's backtracking with every candidate
@@ -36,14 +36,14 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad, vmap
 
-from rlx import distributed as rdist
+from rlx.core import distributed as rdist
 from rlx.algorithms.base import Algorithm
-from rlx.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
-from rlx.distributions import Distribution
+from rlx.collect.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
+from rlx.core.distributions import Distribution
 from rlx.env import OBS
-from rlx.natural_gradient import conjugate_gradient, gauss_newton_fvp, kl_hessian_fvp, row_dot
+from rlx.core.natural_gradient import conjugate_gradient, gauss_newton_fvp, kl_hessian_fvp, row_dot
 from rlx.policy import Obs
-from rlx.stats import Stats
+from rlx.core.stats import Stats
 
 if TYPE_CHECKING:
     from rlx.config import NPGConfig

@@ -17,18 +17,18 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 import torch
 from torch import Tensor
 
-from rlx import distributed as rdist
-from rlx._sync import allowed_sync
+from rlx.core import distributed as rdist
+from rlx.core._sync import allowed_sync
 from rlx.algorithms.base import Algorithm
 from rlx.algorithms.kl_control import KLEarlyStop, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
-from rlx.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
-from rlx.cuda_graphs import GraphedBatchCall
+from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
+from rlx.core.cuda_graphs import GraphedBatchCall
 from rlx.policy import EvalOutput, Obs
-from rlx.rollout import ActFn, ValueFn
-from rlx.schedulers import Schedule
+from rlx.collect.rollout import ActFn, ValueFn
+from rlx.core.schedulers import Schedule
 from rlx.members.ops import seed_means
-from rlx.stats import Stats
+from rlx.core.stats import Stats
 
 if TYPE_CHECKING:
     from rlx.config import AlgorithmConfig

@@ -52,3 +52,7 @@ __all__ = [
     "seed_rows",
     "stacked_model_cls",
 ]
+
+# The names of rlx.seeds, the member axis' old path (Members was SeedGroup).
+SeedGroup = Members
+SeedStats = MemberStats

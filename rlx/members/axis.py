@@ -22,9 +22,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from rlx import distributed as rdist
+from rlx.core import distributed as rdist
+from rlx.core.layout import member_lead
 from rlx.members.ops import (
-    member_lead,
     clip_grad_norm_per_seed_,
     grad_norms_per_seed,
     normalize_per_seed,
@@ -39,7 +39,7 @@ __all__ = ["Members", "MemberStats"]
 
 
 class MemberStats:
-    """Adds per-member statistics to a :class:`~rlx.stats.Stats`: with S > 1 an ``[S]``
+    """Adds per-member statistics to a :class:`~rlx.core.stats.Stats`: with S > 1 an ``[S]``
     value becomes ``seed{i}/name`` for each member and, under ``name``, their mean (their
     max for a ``"max"`` statistic, their sum for a ``"sum"`` one); with S = 1 a 0-d value
     goes in under ``name``."""

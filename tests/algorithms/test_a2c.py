@@ -13,9 +13,9 @@ from torchrl.data import Bounded, Categorical as CategoricalSpec
 
 from rlx import A2CConfig, ConfigError
 from rlx.algorithms.a2c import a2c_losses
-from rlx.distributions import Categorical, Normal
+from rlx.core.distributions import Categorical, Normal
 from rlx.envs import CartPole
-from rlx.run_config import RunConfig, load_run_config
+from rlx.config.run import RunConfig, load_run_config
 
 ROOT = Path(__file__).resolve().parents[2]
 

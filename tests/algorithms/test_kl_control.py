@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 from rlx import AlgorithmConfig, RecurrentAlgorithmConfig
 from rlx.algorithms.kl_control import EARLY_STOP_FACTOR, KLEarlyStop, adapted_lr
-from rlx.buffer import ACTIONS, LOGP
+from rlx.collect.buffer import ACTIONS, LOGP
 from rlx.env import OBS
 from rlx.envs import CartPole, CartPoleNoVelocity
 

@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 from rlx import NPGConfig
 from rlx.algorithms.npg import Samples, split_actor_critic
-from rlx.distributions import Categorical, Distribution
+from rlx.core.distributions import Categorical, Distribution
 from rlx.envs import CartPole, Pendulum
 
 NPG_KEYS = [

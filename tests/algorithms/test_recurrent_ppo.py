@@ -12,10 +12,10 @@ from torch.testing import assert_close
 from torchrl.data import Categorical, Unbounded
 
 from rlx import AlgorithmConfig, ConfigError, RecurrentAlgorithmConfig
-from rlx.buffer import ACTIONS, HIDDEN, LOGP, RESETS, VALUES
+from rlx.collect.buffer import ACTIONS, HIDDEN, LOGP, RESETS, VALUES
 from rlx.env import OBS, Env, EnvOutputError
 from rlx.envs import CartPole, CartPoleNoVelocity, CueRecall
-from rlx.evaluation import evaluate_policy
+from rlx.collect.evaluation import evaluate_policy
 from rlx.policy import RecurrentPolicy
 
 STEP_KEYS = [

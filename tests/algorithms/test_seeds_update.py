@@ -10,7 +10,7 @@ import torch
 
 from rlx import A2CConfig, AlgorithmConfig, ConfigError, NPGConfig, RecurrentA2CConfig, RecurrentAlgorithmConfig
 from rlx.envs import CartPole, CartPoleNoVelocity, Pendulum
-from rlx.seeds import StackedMLPActorCritic
+from rlx.members import StackedMLPActorCritic
 
 B, T = 8, 16
 BUFFER_KEYS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "final_values", "hidden", "resets")
@@ -19,7 +19,7 @@ BUFFER_KEYS = ("obs", "actions", "logp", "values", "rewards", "terminated", "tru
 def _config(**kwargs) -> dict:
     # SGD: its step is the gradient itself, so float32 rounding of the batched versus the
     # single matmuls stays at rounding level (Adam's first steps would turn it into
-    # lr-sized moves; Adam's equivalence is tested in float64 in tests/test_seeds.py).
+    # lr-sized moves; Adam's equivalence is tested in float64 in tests/members/test_seeds.py).
     base = dict(num_envs=B, horizon=T, device="cpu", seed=0, optimizer_cls=torch.optim.SGD,
                 optimizer_config={"lr": 0.05}, model_config={"hiddens": [16, 16], "activation_fn": "tanh"})
     return {**base, **kwargs}
@@ -233,7 +233,7 @@ def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
 
 # The natural step's conjugate gradient amplifies float32 rounding (10 iterations on a
 # badly conditioned Fisher): the batched and the single solves agree to ~1e-4 of a step
-# (the float64 pieces agree to 1e-10 in tests/test_seeds.py).
+# (the float64 pieces agree to 1e-10 in tests/members/test_seeds.py).
 NPG_TOL = {"rtol": 1e-3, "atol": 2e-4}
 
 

@@ -153,7 +153,7 @@ def test_exceptions_and_the_time_budget_become_skip_rows(gpu_suite: ModuleType, 
 
 
 def test_rlx_bench_suite_gpu_hands_the_remaining_arguments_to_the_suite(capsys: pytest.CaptureFixture[str]) -> None:
-    from rlx.bench import main
+    from rlx.run.bench import main
 
     with pytest.raises(SystemExit) as exit_info:
         main(["--suite", "gpu", "--help"])

@@ -9,7 +9,7 @@ import torch
 from tensordict import TensorDict
 from torchrl.data import Categorical, Unbounded
 
-from rlx.cli import main
+from rlx.run.cli import main
 from rlx.env import Env
 from rlx.envs import CartPole, Pendulum, check_env
 

@@ -14,8 +14,8 @@ pytest.importorskip("mujoco")
 
 from rlx import AlgorithmConfig  # noqa: E402
 from rlx.envs import GymnasiumEnv  # noqa: E402
-from rlx.evaluation import evaluate_policy  # noqa: E402
-from rlx.run_config import load_run_config  # noqa: E402
+from rlx.collect.evaluation import evaluate_policy  # noqa: E402
+from rlx.config.run import load_run_config  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ENV = GymnasiumEnv.factory("InvertedPendulum-v5")

@@ -1,0 +1,475 @@
+"""The rollout: the ``[B, T+1]`` buffer, the T loop that fills it, and what it reports.
+
+:class:`Rollout` owns everything between the env and the update: the buffer (see
+:mod:`rlx.collect.buffer`) and its column views, the policy's per-sub-env state, the partial
+episodes carried across collects, the truncation bootstrap ``V(final_obs)``, the
+CUDA-graphed T loop, and the collect statistics. The algorithm decides when to reset
+and what to do with the filled buffer; the rollout never touches the optimizer.
+
+Everything here follows the hot-loop rules of design.md §8: the T loop writes into
+views made once at build and never syncs with the host; statistics are built on the
+device, by name, and leave it in ONE transfer (the algorithm's ``collect()`` makes it).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from tensordict import TensorDict
+from torch import Tensor
+
+from rlx.collect.buffer import ACTIONS, FINAL_VALUES, HIDDEN, LOGP, RESETS, VALUES, make_buffer
+from rlx.core.cuda_graphs import GraphedCall
+from rlx.env import (
+    FINAL_OBS,
+    OBS,
+    REWARDS,
+    TERMINATED,
+    TRUNCATED,
+    EnvOutputError,
+    check_devices,
+    check_obs,
+    check_step_output,
+)
+from rlx.collect.episodes import carry_episodes, episode_statistics, float_leaves, truncated_slots
+from rlx.members.axis import Members
+from rlx.policy import Obs, PolicyBase, StepOutput, flatten_time
+from rlx.core.stats import Stats
+
+__all__ = ["Rollout", "VALUE_PASS_ROWS"]
+
+#: Rows per value pass on a CPU (and per actor pass in collect's T loop): the fastest per
+#: row for 64- to 256-wide MLPs measured with ``benchmarks/cpu_rows.py`` (larger passes
+#: spill out of cache). CUDA runs one pass of up to 2**20 rows.
+VALUE_PASS_ROWS = 2048
+
+ActFn = Callable[..., StepOutput]
+ValueFn = Callable[[Obs, Tensor, Tensor], Tensor]
+
+
+class Rollout:
+    """The buffer and the T loop of one algorithm.
+
+    Args:
+        env: The env instance (``B`` sub-envs).
+        policy: The policy that acts.
+        horizon: ``T``, env steps per collect.
+        device: Where the buffer lives.
+        act_fn, value_fn: What the T loop calls to act and to value (defaults: the
+            policy's :meth:`~rlx.policy.PolicyBase.act_step` and
+            :meth:`~rlx.policy.PolicyBase.value_step`; PPO may pass compiled ones).
+        graphed: Capture the T loop in a CUDA graph (a graph-safe env on CUDA only).
+    """
+
+    def __init__(
+        self,
+        env: Any,
+        policy: PolicyBase,
+        horizon: int,
+        device: torch.device,
+        *,
+        act_fn: ActFn | None = None,
+        value_fn: ValueFn | None = None,
+        graphed: bool = False,
+        members: Members | None = None,
+    ) -> None:
+        self.env, self.policy, self.device = env, policy, device
+        self.members = members or Members(1, device)  # rows i*B:(i+1)*B for member i
+        self.num_envs, self.horizon = env.num_envs, horizon
+        self.act_fn = act_fn or policy.act_step
+        self.value_fn = value_fn or policy.value_step
+        self.graphed = graphed
+        self.buffer: TensorDict | None = None
+        self.terminates = self.truncates = False
+        # Per-env partial-episode return and length carried across collects (float64:
+        # long infinite-horizon episodes must not lose precision).
+        self.episode_return = torch.zeros(self.num_envs, dtype=torch.float64, device=device)
+        self.episode_length = torch.zeros(self.num_envs, dtype=torch.float64, device=device)
+        # One graph per mode (sampling, deterministic), made on first use.
+        self.graphs: dict[bool, GraphedCall[None]] = {}
+        self._reset_all = False
+
+    # -- build -------------------------------------------------------------------------
+
+    def validate(self) -> None:
+        """Reset the env, probe the policy, act once, step once, check every output
+        against the specs, then allocate the buffer.
+
+        Raises:
+            EnvOutputError: naming the offending key, its shape and the expected one.
+        """
+        env, policy, B = self.env, self.policy, self.num_envs
+        name = type(env).__name__
+        obs_spec, action_spec = env.observation_spec, env.action_spec
+        obs = env.reset()
+        check_obs(obs, obs_spec, B, where=f"{name}.reset()")
+        check_devices(obs, self.device, where=f"{name}.reset()")
+        policy.probe(obs)
+        with torch.no_grad():
+            resets = torch.ones(B, 1, dtype=torch.bool, device=self.device)
+            act = policy.act_step(obs, policy.initial_state(B), resets)
+        expected = (B, *action_spec.shape)
+        if tuple(act.actions.shape) != expected or act.actions.dtype != action_spec.dtype:
+            raise EnvOutputError(
+                f"policy 'actions' have shape {list(act.actions.shape)} and dtype {act.actions.dtype}, "
+                f"expected {list(expected)} and {action_spec.dtype}"
+            )
+        if tuple(act.logp.shape) != (B, 1):
+            raise EnvOutputError(f"policy 'logp' has shape {list(act.logp.shape)}, expected {[B, 1]}")
+        if not action_spec.is_in(act.env_actions):
+            raise EnvOutputError(f"policy env actions fall outside {name}.action_spec")
+        out = env.step(act.env_actions)
+        check_step_output(out, obs_spec, B, where=f"{name}.step()")
+        check_devices(out, self.device, where=f"{name}.step()")
+        self.terminates, self.truncates = TERMINATED in out.keys(), TRUNCATED in out.keys()
+        if self.buffer is None:
+            self._allocate()
+
+    def _allocate(self) -> None:
+        B, T, env = self.num_envs, self.horizon, self.env
+        self.buffer = buf = make_buffer(
+            env.observation_spec, env.action_spec, B, T, device=self.device, with_final_obs=self.truncates
+        )
+        with torch.no_grad():
+            state = self.policy.initial_state(B)
+        # A policy with a state keeps it in the buffer: column t holds the state before
+        # step t, and whether step t begins an episode. A stateless one has [B, T+1, 0].
+        self.stateful = state[0].numel() > 0
+        states = torch.zeros(B, T + 1, *state.shape[1:], dtype=torch.float32, device=self.device)
+        resets = torch.zeros(B, T + 1, 1, dtype=torch.bool, device=self.device)
+        if self.stateful:
+            buf.set(HIDDEN, states)
+            buf.set(RESETS, resets)
+            states, resets = buf.get(HIDDEN), buf.get(RESETS)
+            states[:, T].copy_(state)
+            resets[:, T].fill_(True)
+
+        def cols(x: Any) -> list[Any]:
+            return [x[:, t] for t in range(T + 1)]
+
+        # Views of every column, made once: the T loop only copies into them.
+        self.obs, self.actions, self.logp = cols(buf.get(OBS)), cols(buf.get(ACTIONS)), cols(buf.get(LOGP))
+        self.values, self.rewards = cols(buf.get(VALUES)), cols(buf.get(REWARDS))
+        self.terminated, self.truncated = cols(buf.get(TERMINATED)), cols(buf.get(TRUNCATED))
+        self.final_obs = cols(buf.get(FINAL_OBS)) if self.truncates else None
+        # (key, declared at validation, its columns): what each env step's flags go into.
+        self._episode_ends = ((TERMINATED, self.terminates, self.terminated), (TRUNCATED, self.truncates, self.truncated))
+        self.states, self.resets = cols(states), cols(resets)
+        self._state_columns, self._no_resets = states, torch.zeros(B * T, 1, dtype=torch.bool, device=self.device)
+        self._time_index = torch.arange(T, device=self.device)
+        # Truncated steps valued per collect without a fallback: every sub-env can reach
+        # its time limit at most ceil(T / limit) times in T steps (once, for an env that
+        # does not declare max_episode_steps); more falls back to valuing every step.
+        limit = getattr(env, "max_episode_steps", None)
+        per_env = -(-T // limit) if isinstance(limit, int) and limit > 0 else 1
+        # Where a pass cannot be cut into rows (S members), every value pass takes whole
+        # columns (a gather would split the members unevenly): the capacity is every step.
+        self.set_truncation_capacity(B * per_env if self.members.can_cut_passes else B * T)
+
+    def set_truncation_capacity(self, capacity: int) -> None:
+        """Value at most ``capacity`` truncated steps per collect without a fallback."""
+        self.truncation_capacity = min(self.num_envs * self.horizon, max(1, capacity))
+        self._truncation_ranks = torch.arange(1, self.truncation_capacity + 1, device=self.device)
+
+    # -- one collect ---------------------------------------------------------------------
+
+    def begin(self, reset_all: bool, env_config: dict[str, Any] | None = None) -> None:
+        """Put column 0 in place: fresh resets, or the last observation and state carried
+        over from the previous collect."""
+        T = self.horizon
+        self._reset_all = reset_all
+        if reset_all:
+            self.obs[0].copy_(self.env.reset(config=env_config))
+            self.episode_return.zero_()
+            self.episode_length.zero_()
+            if self.stateful:
+                self.states[0].copy_(self.policy.initial_state(self.num_envs))
+                self.resets[0].fill_(True)
+        else:
+            self.obs[0].copy_(self.obs[T])
+            if self.stateful:  # the live state and the last step's episode ends
+                self.states[0].copy_(self.states[T])
+                self.resets[0].copy_(self.resets[T])
+
+    def run(self, deterministic: bool) -> Tensor:
+        """The T loop, then the values: ``V`` of every column and ``V(final_obs)`` on the
+        truncated steps.
+
+        Returns:
+            ``[]`` bool, True when more steps truncated than the capacity valued:
+            :meth:`finish` then values every step (after the collect's one sync).
+        """
+        if self.graphed and self.device.type == "cuda":
+            graph = self.graphs.get(deterministic)
+            if graph is None:
+                graph = self.graphs[deterministic] = GraphedCall(lambda: self.steps(deterministic), self.device)
+            graph()
+        else:
+            self.steps(deterministic)
+        T = self.horizon
+        if self.policy.values_while_acting:
+            if self.stateful:
+                torch.logical_or(self.terminated[T - 1], self.truncated[T - 1], out=self.resets[T])
+            self.values[T].copy_(self.value_fn(self.obs[T], self.states[T], self.resets[T]))
+        else:
+            # V of every column, the bootstrap column T included, in batched passes: the
+            # T loop ran only the actor.
+            buf = self.buffer
+            no_resets = self._no_resets[:1].expand(self.num_envs * (T + 1), 1)
+            buf.get(VALUES).copy_(self.batched_values(self.value_fn, buf.get(OBS), self._state_columns, no_resets))
+        overflow = torch.zeros((), dtype=torch.bool, device=self.device)
+        if self.truncates:
+            # V(final_obs) where the episode was truncated, else 0 (the bootstrap of
+            # design.md §5): only the truncated rows are valued, up to a fixed capacity.
+            final_values, overflow = self.truncated_final_values()
+            self.buffer.get(FINAL_VALUES)[:, :T] = final_values
+        return overflow
+
+    def steps(self, deterministic: bool) -> None:
+        """The T loop: act, step the env, and write every column into the buffer.
+
+        Column 0 is in place when it starts. Everything it touches lives at fixed
+        addresses (the buffer's column views, the policy's parameters and normalizer
+        statistics, a graph-safe env's state), which is what lets it replay as one CUDA
+        graph.
+        """
+        T, env, stateful = self.horizon, self.env, self.stateful
+        for t in range(T):
+            if stateful and t > 0:
+                torch.logical_or(self.terminated[t - 1], self.truncated[t - 1], out=self.resets[t])
+            step = self.act_fn(self.obs[t], self.states[t], self.resets[t], deterministic=deterministic)
+            # Into the buffer before the env sees them: an env may modify its actions in
+            # place (a clamp_), and the buffer must keep what logp was computed for.
+            self.actions[t].copy_(step.actions)
+            self.logp[t].copy_(step.logp)
+            if step.values is not None:
+                self.values[t].copy_(step.values)
+            if stateful:
+                self.states[t + 1].copy_(step.state)
+            out = env.step(step.env_actions)
+            self.rewards[t].copy_(out.get(REWARDS))
+            self._copy_episode_ends(out, t)
+            self.obs[t + 1].copy_(out.get(OBS))
+
+    def _copy_episode_ends(self, out: Any, t: int) -> None:
+        for key, declared, cols in self._episode_ends:
+            if declared:
+                cols[t].copy_(out.get(key))
+            elif key in out.keys():
+                raise EnvOutputError(
+                    f"{type(self.env).__name__}.step() returned '{key}' at step {t} but not "
+                    "when validated; an env must return the same keys on every step"
+                )
+        if self.truncates:
+            self.final_obs[t].copy_(out.get(FINAL_OBS))
+
+    # -- values ----------------------------------------------------------------------------
+
+    def _value_pass_rows(self) -> int:
+        """Rows per batched value pass: the policy's ``max_rows_per_pass``, else 2**20."""
+        return self.policy.max_rows_per_pass or 1 << 20
+
+    def batched_values(self, value_fn: ValueFn, obs: Obs, states: Tensor, resets: Tensor) -> Tensor:
+        """``value_fn`` over ``[B, C, ...]`` observations and states, giving ``[B, C, 1]``, in
+        passes of whole columns of at most :meth:`_value_pass_rows` rows (one pass over
+        ``B * C`` rows spills out of a CPU's cache). ``resets`` is ``[n, 1]`` with
+        ``n >= B * C`` (its first rows serve every pass)."""
+        B, C = obs.shape[:2]
+        values = torch.empty(B, C, 1, device=self.device)
+        step = max(1, self._value_pass_rows() // B)
+        for lo in range(0, C, step):
+            hi = min(lo + step, C)
+            rows = B * (hi - lo)
+            passed = value_fn(flatten_time(obs[:, lo:hi]), flatten_time(states[:, lo:hi]), resets[:rows])
+            values[:, lo:hi] = passed.view(B, hi - lo, 1)
+        return values
+
+    def _final_value_inputs(self) -> tuple[Obs, Tensor]:
+        """``[B, T, ...]`` final observations and the states they continue from: the
+        episode that ended at step t would have continued from the state after step t,
+        before any reset (column t + 1)."""
+        T = self.horizon
+        return self.buffer.get(FINAL_OBS)[:, :T], self._state_columns[:, 1 : T + 1]
+
+    def all_final_values(self) -> Tensor:
+        """``[B, T, 1]``: ``V(final_obs)`` on every step in batched passes, 0 where the step
+        did not truncate."""
+        obs, states = self._final_value_inputs()
+        truncated = self.buffer.get(TRUNCATED)[:, : self.horizon]
+        return self.batched_values(self.value_fn, obs, states, self._no_resets).masked_fill(~truncated, 0.0)
+
+    def truncated_final_values(self) -> tuple[Tensor, Tensor]:
+        """``V(final_obs)`` on the truncated steps only, without a host sync.
+
+        Truncations are rare (a time limit ends an episode once every few hundred steps),
+        so valuing every step's final observation wastes most of a pass over ``B * T``
+        rows. Only the first :attr:`truncation_capacity` truncated steps are gathered and
+        valued (:func:`~rlx.collect.episodes.truncated_slots`).
+
+        Returns:
+            ``[B, T, 1]`` values (0 where the step did not truncate) and a ``[]`` bool,
+            True when there were more truncated steps than the capacity: their values are
+            then missing, and :meth:`finish` recomputes every row after the sync.
+        """
+        B, T, K = self.num_envs, self.horizon, self.truncation_capacity
+        if K >= B * T:
+            return self.all_final_values(), torch.zeros((), dtype=torch.bool, device=self.device)
+        truncated = self.buffer.get(TRUNCATED)[:, :T].reshape(B * T)  # [B, T, 1] -> [N], flat order b * T + t
+        env_idx, step_idx, slot, overflow = truncated_slots(truncated, self._truncation_ranks, T)
+        obs, states = self._final_value_inputs()
+        chunk = self._value_pass_rows()
+        slot_values = torch.zeros(K + 1, 1, device=self.device)  # slot K: the 0 of every other step
+        for lo in range(0, K, chunk):
+            e, t = env_idx[lo : lo + chunk], step_idx[lo : lo + chunk]
+            rows = e.shape[0]
+            slot_values[lo : lo + rows] = self.value_fn(obs[e, t], states[e, t], self._no_resets[:rows]).float()
+        return slot_values.index_select(0, slot).view(B, T, 1), overflow
+
+    # -- statistics -------------------------------------------------------------------------
+
+    def rewards_and_dones(self) -> tuple[Tensor, Tensor]:
+        """``[B, T, 1]`` rewards and ``[B, T, 1]`` bool episode ends of this rollout."""
+        T, buf = self.horizon, self.buffer
+        return buf.get(REWARDS)[:, :T], buf.get(TERMINATED)[:, :T] | buf.get(TRUNCATED)[:, :T]
+
+    def statistics(self, overflow: Tensor) -> Stats:
+        """This collect's statistics, by name, on the device; carries the unfinished
+        episodes into the next collect."""
+        rewards, dones = self.rewards_and_dones()
+        r = rewards.squeeze(-1).double()  # [B, T]
+        episodes = episode_statistics(r, dones.squeeze(-1), self.episode_return, self.episode_length, self._time_index,
+                                      groups=self.members.size)
+        carry_episodes(episodes, self.episode_return, self.episode_length)
+        horizon_returns = r.sum(dim=1)  # [B]
+        stats = Stats()
+        stats.add("returns/min", horizon_returns.min(), "min")
+        stats.add("returns/max", horizon_returns.max(), "max")
+        stats.add_std_mean("returns/std", "returns/mean", horizon_returns)
+        stats.add("rewards/min", r.min(), "min")
+        stats.add("rewards/max", r.max(), "max")
+        stats.add_std_mean("rewards/std", "rewards/mean", r)
+        add = self.members.stats(stats)
+        for name, value in (("count", episodes.count), ("return_sum", episodes.return_sum), ("length_sum", episodes.length_sum)):
+            add(f"episodes/{name}", value.reshape(self.members.lead), "sum")  # [S] each member's, their sum
+        finite = torch.isfinite(rewards).all()
+        for _, leaf in float_leaves(self.buffer.get(OBS)) + self._truncated_final_obs_leaves():
+            finite = finite & torch.isfinite(leaf).all()
+        stats.add("rollout/finite", finite, "min")
+        stats.add("rollout/truncation_overflow", overflow, "max")
+        pop_logs = getattr(self.env, "pop_log_stats", None)  # an env's own logged scalars
+        for name, value in (pop_logs() if callable(pop_logs) else {}).items():
+            stats.add(f"env/{name}", value)
+        return stats
+
+    def finish(self, host: dict[str, float]) -> None:
+        """After the collect's transfer: value every step if the truncation capacity
+        overflowed, and name the first non-finite reward or observation if any."""
+        if host["rollout/truncation_overflow"]:
+            # More truncations than the capacity (an env that truncates for other reasons
+            # than its time limit): value every step, as a plain pass would.
+            self.buffer.get(FINAL_VALUES)[:, : self.horizon] = self.all_final_values()
+        if host["rollout/finite"] < 1.0:
+            self._raise_nonfinite()
+
+    def report(self, host: dict[str, float], world_size: int) -> dict[str, float]:
+        """``collect()``'s public statistics from the transferred ones."""
+        B, T = self.num_envs, self.horizon
+        count = host["episodes/count"]
+        keys = ("returns/min", "returns/max", "returns/mean", "returns/std", "rewards/min", "rewards/max", "rewards/mean", "rewards/std")
+        per_seed = {}
+        for prefix in self.members.prefixes:  # a single run has none: its plain names follow
+            n = host[f"{prefix}episodes/count"]
+            per_seed[f"{prefix}episodes/count"] = n
+            per_seed[f"{prefix}episodes/return_mean"] = host[f"{prefix}episodes/return_sum"] / n if n else math.nan
+            per_seed[f"{prefix}episodes/length_mean"] = host[f"{prefix}episodes/length_sum"] / n if n else math.nan
+        return {
+            **{k: host[k] for k in keys},
+            **{k: v for k, v in host.items() if k.startswith("env/")},  # an env's logged scalars
+            **per_seed,
+            "episodes/count": count,
+            "episodes/return_mean": host["episodes/return_sum"] / count if count else math.nan,
+            "episodes/length_mean": host["episodes/length_sum"] / count if count else math.nan,
+            "env/resets": count + (B * world_size if self._reset_all else 0),
+            "env/steps": float(B * T * world_size),
+        }
+
+    def _truncated_final_obs_leaves(self) -> list[tuple[str, Tensor]]:
+        """``final_obs``'s float leaves ``[B, T, ...]``, zeroed where the step did not
+        truncate: only truncated steps' final observations are valued (the bootstrap)."""
+        if not self.truncates:
+            return []
+        B, T = self.num_envs, self.horizon
+        truncated = self.buffer.get(TRUNCATED)[:, :T]  # [B, T, 1]
+        leaves = []
+        for name, leaf in float_leaves(self.buffer.get(FINAL_OBS)[:, :T]):
+            mask = truncated.view(B, T, *([1] * (leaf.dim() - 2)))
+            leaves.append((FINAL_OBS + name[len(OBS) :], leaf.masked_fill(~mask, 0.0)))
+        return leaves
+
+    def _raise_nonfinite(self) -> None:
+        """Name the first non-finite reward or observation (an error path: syncs freely)."""
+        T = self.horizon
+        checks = [(REWARDS, self.buffer.get(REWARDS)[:, :T])]
+        checks += float_leaves(self.buffer.get(OBS))
+        checks += self._truncated_final_obs_leaves()
+        for name, x in checks:
+            bad = ~torch.isfinite(x)
+            if bad.any():
+                env_idx, step_idx = (int(i) for i in bad.nonzero()[0][:2])  # SYNC: error path
+                value = x[env_idx, step_idx].flatten()[bad[env_idx, step_idx].flatten()][0].item()  # SYNC: error path
+                if name.startswith(OBS):  # column t holds the observation after step t-1
+                    where = "reset observation" if step_idx == 0 else f"step {step_idx - 1}"
+                else:
+                    where = f"step {step_idx}"
+                raise ValueError(
+                    f"non-finite value {value} in '{name}' from {type(self.env).__name__} "
+                    f"at env {env_idx}, {where} of this collect"
+                )
+        raise ValueError("non-finite value in the rollout (on another rank)")
+
+    # -- state ---------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The carried partial episodes, the last observation and (for a stateful policy)
+        the live states and reset flags; aliases live tensors (the caller copies)."""
+        T = self.horizon
+        state: dict[str, Any] = {
+            "episode_return": self.episode_return,
+            "episode_length": self.episode_length,
+            "last_obs": _to_plain(self.obs[T]) if self.buffer is not None else None,
+        }
+        if self.buffer is not None and self.stateful:
+            state["recurrent"] = {"hidden": self.states[T], "resets": self.resets[T]}
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict` (into a validated rollout)."""
+        T = self.horizon
+        self.episode_return.copy_(state["episode_return"])
+        self.episode_length.copy_(state["episode_length"])
+        if state.get("last_obs") is not None:
+            _load_into(self.obs[T], state["last_obs"])
+        recurrent = state.get("recurrent")
+        if recurrent is not None and self.stateful:
+            self.states[T].copy_(recurrent["hidden"])
+            self.resets[T].copy_(recurrent["resets"])
+
+    def restart_episodes(self) -> None:
+        """Forget the carried partial episodes (a resume that cannot continue them)."""
+        self.episode_return.zero_()
+        self.episode_length.zero_()
+
+
+def _to_plain(x: Obs) -> Tensor | dict[str, Any]:
+    """A tensor, or a TensorDict as nested dicts of tensors (safe for weights_only loads)."""
+    return x.clone() if isinstance(x, Tensor) else x.to_dict()
+
+
+def _load_into(dst: Obs, src: Tensor | dict[str, Any]) -> None:
+    if isinstance(dst, Tensor):
+        dst.copy_(src)
+    else:
+        dst.copy_(TensorDict(src, batch_size=dst.batch_size, device=dst.device))

@@ -1,0 +1,274 @@
+"""Algorithm configs: dataclasses that validate themselves and build an algorithm.
+
+``AlgorithmConfig(...).build(env_cls)`` returns a PPO algorithm with ``collect()`` and
+``step()``. Field names and meanings follow rl8's ``AlgorithmConfig``; rlx's additions
+(``seed``, ``normalize_obs``, ``kl_adaptive_lr``, ...) are documented on each field.
+
+Every error in a config is a :class:`ConfigError` (a ``ValueError``) raised at
+construction and naming the field. The field checks live in :mod:`rlx.core.config_fields`,
+the YAML typing in :mod:`rlx.core.yaml_types`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import ClassVar, Literal
+
+from rlx.algorithms.a2c import A2C, RecurrentA2C
+from rlx.algorithms.base import Algorithm
+from rlx.algorithms.npg import NPG
+from rlx.algorithms.ppo import PPO
+from rlx.algorithms.recurrent_ppo import RecurrentPPO
+from rlx.config.base import CommonConfig, MinibatchConfig, SequenceFields, check_sequences
+from rlx.core.config_fields import ConfigError, check_bool, check_float, check_int, config_dataclass, fail
+from rlx.core.yaml_types import config_from_dict, config_to_dict, import_object, object_path
+
+__all__ = [
+    "A2CConfig",
+    "AlgorithmConfig",
+    "CommonConfig",
+    "ConfigError",
+    "MinibatchConfig",
+    "NPGConfig",
+    "RecurrentA2CConfig",
+    "RecurrentAlgorithmConfig",
+    "config_dataclass",
+    "config_from_dict",
+    "config_to_dict",
+    "import_object",
+    "object_path",
+]
+
+
+@config_dataclass
+class AlgorithmConfig(MinibatchConfig):
+    """Config of rlx's PPO (Schulman et al., 2017, https://arxiv.org/abs/1707.06347).
+
+    Example:
+        >>> from rlx import AlgorithmConfig
+        >>> from rlx.envs import CartPole
+        >>> algo = AlgorithmConfig(num_envs=64, horizon=32, device="cpu").build(CartPole)
+        >>> collect_stats = algo.collect()
+        >>> step_stats = algo.step()
+    """
+
+    algorithm_cls: ClassVar[type[Algorithm]] = PPO
+    supports_seeds: ClassVar[bool] = True
+
+    #: Step the optimizer once per epoch on gradients accumulated over its minibatches
+    #: (each weighted by its share of the buffer, so this equals the full-batch gradient).
+    accumulate_grads: bool = False
+    #: Epochs over the buffer per :meth:`step`.
+    num_sgd_iters: int = 4
+    #: PPO ratio clip ε: the surrogate ignores ratios outside [1 - ε, 1 + ε].
+    clip_param: float = 0.2
+    #: PPO2 value clip: the loss takes the max of the clipped and unclipped squared
+    #: errors around the old value; ``None`` disables it.
+    vf_clip_param: float | None = 5.0
+    #: Dual-clip constant c > 1 (Ye et al., 2020) bounding the surrogate at ``c * A`` for
+    #: negative advantages; ``None`` disables it.
+    dual_clip_param: float | None = None
+    #: Target KL(rollout policy || updated policy). Every optimizer step is judged before
+    #: it runs on the KL of the data its gradient came from (``E[(r-1) - log r]`` from its
+    #: forward passes): without ``kl_adaptive_lr``, a step judged above 1.5 × target and
+    #: every later step of the ``step()`` leave the parameters alone, and no further epoch
+    #: runs (decided on the device; one host sync per epoch). See
+    #: :mod:`rlx.algorithms.kl_control`. ``None`` disables it.
+    target_kl_div: float | None = None
+    #: Steer the learning rate to ``target_kl_div`` instead of stopping: after every
+    #: ``step()``, ÷1.5 when the KL the update reached (``monitors/kl_div``) exceeds 2 ×
+    #: target, ×1.5 when below target / 2, clamped to ``kl_adaptive_lr_bounds`` (rsl_rl's
+    #: rule, judged on the whole update; no extra sync).
+    kl_adaptive_lr: bool = False
+    #: ``(min_lr, max_lr)`` for ``kl_adaptive_lr``.
+    kl_adaptive_lr_bounds: tuple[float, float] = (1e-5, 1e-2)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for field in ("accumulate_grads", "kl_adaptive_lr"):
+            check_bool(self, field)
+        check_int(self, "num_sgd_iters")
+        check_float(self, "clip_param", low=0.0, low_open=True)
+        check_float(self, "vf_clip_param", low=0.0, low_open=True, allow_none=True)
+        check_float(self, "dual_clip_param", low=1.0, low_open=True, allow_none=True)
+        check_float(self, "target_kl_div", low=0.0, low_open=True, allow_none=True)
+        if self.kl_adaptive_lr:
+            if self.target_kl_div is None:
+                fail(self, "kl_adaptive_lr", "needs target_kl_div to be set")
+            if self.lr_schedule is not None:
+                fail(self, "kl_adaptive_lr", "cannot be combined with lr_schedule")
+            bounds = self.kl_adaptive_lr_bounds
+            if (
+                not isinstance(bounds, (tuple, list))
+                or len(bounds) != 2
+                or not all(isinstance(b, (int, float)) and b > 0 for b in bounds)
+                or bounds[0] > bounds[1]
+            ):
+                fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
+
+
+_A2C_HAS_NO = "a PPO field; A2C takes the plain policy gradient (no ratio, no clipping, no KL control)"
+
+
+@config_dataclass
+class A2CConfig(MinibatchConfig):
+    """Config of rlx's synchronous advantage actor-critic (A2C; Mnih et al., 2016,
+    https://arxiv.org/abs/1602.01783).
+
+    One gradient step per collect on the whole rollout (or one epoch of
+    ``sgd_minibatch_size`` minibatches) on ``-mean(logp * A) + vf_coeff * value loss +
+    entropy_coeff * (-entropy)``. The optimizer is ``optimizer_cls`` (Adam by default);
+    the original used ``torch.optim.RMSprop`` with ``{"lr": 7e-4, "alpha": 0.99,
+    "eps": 1e-5}``. PPO's ratio, clipping, epochs and KL fields are refused by name.
+
+    Example:
+        >>> from rlx import A2CConfig
+        >>> from rlx.envs import CartPole
+        >>> a2c = A2CConfig(num_envs=64, horizon=8, device="cpu").build(CartPole)
+        >>> stats = {**a2c.collect(), **a2c.step()}
+    """
+
+    algorithm_cls: ClassVar[type[Algorithm]] = A2C
+    supports_seeds: ClassVar[bool] = True
+    #: What A2C fixes in the shared update: one epoch, no accumulation, no KL controls.
+    num_sgd_iters: ClassVar[int] = 1
+    accumulate_grads: ClassVar[bool] = False
+    target_kl_div: ClassVar[float | None] = None
+    kl_adaptive_lr: ClassVar[bool] = False
+    foreign_fields: ClassVar[dict[str, str]] = dict.fromkeys(
+        ("clip_param", "vf_clip_param", "dual_clip_param", "num_sgd_iters", "accumulate_grads",
+         "target_kl_div", "kl_adaptive_lr", "kl_adaptive_lr_bounds"),
+        _A2C_HAS_NO,
+    )
+
+    #: Weight of the value loss (A2C's 0.5).
+    vf_coeff: float = 0.5
+    #: Entropy bonus weight (A2C's 0.01); ignored when ``entropy_coeff_schedule`` is set.
+    entropy_coeff: float = 0.01
+    #: Max global gradient norm (A2C's 0.5); ``None`` disables clipping.
+    max_grad_norm: float | None = 0.5
+
+
+@config_dataclass
+class NPGConfig(CommonConfig):
+    """Config of rlx's natural policy gradient (Kakade, 2001) and TRPO (Schulman et al., 2015).
+
+    One natural step per collected batch: ``g`` is the gradient of the surrogate
+    ``mean(ratio * A)`` on the whole batch, ``F`` the Fisher of the policy (the Hessian
+    of ``mean KL(π_old || π)``), and ``x`` solves ``(F + damping I) x = g`` by conjugate
+    gradient. The critic regresses on the λ-returns with ``optimizer_cls``.
+
+    Example (TRPO: the natural step with a line search):
+        >>> from rlx import NPGConfig
+        >>> from rlx.envs import Pendulum
+        >>> trpo = NPGConfig(num_envs=64, line_search=True, max_kl=0.01, device="cpu").build(Pendulum)
+        >>> for _ in range(3):
+        ...     stats = {**trpo.collect(), **trpo.step()}
+    """
+
+    algorithm_cls: ClassVar[type[Algorithm]] = NPG
+    supports_seeds: ClassVar[bool] = True
+
+    #: Trust region δ: the mean KL(old || new) a ``"kl"`` step aims at, and the bound
+    #: the line search enforces.
+    max_kl: float = 0.01
+    #: ``"kl"``: θ += sqrt(2δ / xᵀ(F + damping I)x) · x, a step whose quadratic KL
+    #: estimate is δ whatever the scale of the advantages. ``"fixed"``: θ +=
+    #: ``trust_region_size`` · x, tianshou's NPG rule, kept for compatibility; its KL
+    #: grows with the square of the advantage scale, so it is no trust region.
+    step_size_rule: Literal["kl", "fixed"] = "kl"
+    #: The step multiplier of ``step_size_rule="fixed"`` (not a KL bound).
+    trust_region_size: float = 0.5
+    #: Damping λ >= 0 added to the Fisher: CG solves (F + λ I) x = g.
+    damping: float = 0.1
+    #: Conjugate-gradient iterations (a fixed count; converged iterations are frozen).
+    cg_iters: int = 10
+    #: CG stops updating once the squared residual is below this.
+    cg_residual_tol: float = 1e-10
+    #: Fraction in (0, 1] of the batch used for Fisher-vector products and the line
+    #: search; the gradient always uses the whole batch.
+    fvp_subsample: float = 0.2
+    #: TRPO: backtrack along the natural step until the KL is within ``max_kl`` and the
+    #: surrogate improves; all candidates are evaluated in one batched pass.
+    line_search: bool = False
+    #: Candidates are ``backtrack_coeff ** k`` times the step for k = 0..max_backtracks.
+    max_backtracks: int = 10
+    #: Shrink factor in (0, 1) between line-search candidates.
+    backtrack_coeff: float = 0.8
+    #: Epochs of critic regression per step.
+    optim_critic_iters: int = 5
+    #: Critic minibatch size; ``None`` is the whole buffer.
+    critic_minibatch_size: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_float(self, "max_kl", low=0.0, low_open=True)
+        if self.step_size_rule not in ("kl", "fixed"):
+            fail(self, "step_size_rule", f"must be 'kl' or 'fixed', got {self.step_size_rule!r}")
+        check_float(self, "trust_region_size", low=0.0, low_open=True)
+        check_float(self, "damping", low=0.0)
+        check_int(self, "cg_iters")
+        check_float(self, "cg_residual_tol", low=0.0)
+        check_float(self, "fvp_subsample", low=0.0, high=1.0, low_open=True)
+        check_bool(self, "line_search")
+        check_int(self, "max_backtracks", minimum=0)
+        check_float(self, "backtrack_coeff", low=0.0, high=1.0, low_open=True)
+        if self.backtrack_coeff == 1.0:
+            fail(self, "backtrack_coeff", "must be < 1, got 1.0")
+        check_int(self, "optim_critic_iters")
+        self._check_minibatch_size("critic_minibatch_size")
+
+    @property
+    def fvp_batch_size(self) -> int:
+        """Samples used for Fisher-vector products: ``ceil(fvp_subsample * N)``."""
+        return max(1, math.ceil(self.fvp_subsample * self.buffer_size))
+
+
+@config_dataclass
+class RecurrentAlgorithmConfig(SequenceFields, AlgorithmConfig):
+    """Config of rlx's PPO with a recurrent (LSTM or GRU) policy.
+
+    Every :class:`AlgorithmConfig` field keeps its meaning; ``sgd_minibatch_size`` still
+    counts samples and must hold whole sequences. The default model is
+    :class:`~rlx.models.RecurrentActorCritic`, whose ``model_config`` takes ``hiddens``
+    (encoder, default ``[64]``), ``activation_fn`` (default ``"tanh"``), ``cell``
+    (``"lstm"`` or ``"gru"``), ``hidden_size`` (default 64), ``num_layers`` (default 1)
+    and ``log_std_init``. A custom ``model_cls`` implements the recurrent interface of
+    :mod:`rlx.models`.
+
+    Example:
+        >>> from rlx import RecurrentAlgorithmConfig
+        >>> from rlx.envs import CartPoleNoVelocity
+        >>> algo = RecurrentAlgorithmConfig(num_envs=64, horizon=32, seq_len=16, device="cpu").build(
+        ...     CartPoleNoVelocity
+        ... )
+        >>> collect_stats = algo.collect()
+        >>> step_stats = algo.step()
+    """
+
+    algorithm_cls: ClassVar[type[Algorithm]] = RecurrentPPO
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_sequences(self)
+
+
+@config_dataclass
+class RecurrentA2CConfig(SequenceFields, A2CConfig):
+    """Config of rlx's A2C with a recurrent (LSTM or GRU) policy: :class:`A2CConfig`'s
+    fields plus ``seq_len`` and ``burn_in``, with the models of
+    :class:`RecurrentAlgorithmConfig`.
+
+    Example:
+        >>> from rlx import RecurrentA2CConfig
+        >>> from rlx.envs import CartPoleNoVelocity
+        >>> a2c = RecurrentA2CConfig(num_envs=64, horizon=16, seq_len=8, device="cpu").build(CartPoleNoVelocity)
+        >>> stats = {**a2c.collect(), **a2c.step()}
+    """
+
+    algorithm_cls: ClassVar[type[Algorithm]] = RecurrentA2C
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        check_sequences(self)
+

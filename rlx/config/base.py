@@ -1,0 +1,329 @@
+"""The config classes every algorithm config builds on: the shared fields, the first-order
+minibatch update's fields, and the fields of training on sequences (recurrent policies).
+
+Every error in a config is a :class:`~rlx.core.config_fields.ConfigError` (a ``ValueError``)
+raised at construction and naming the field; the concrete configs are in
+:mod:`rlx.config`.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, ClassVar
+
+import torch
+from torch import nn
+
+from rlx.algorithms.base import Algorithm
+from rlx.core.config_fields import check_bool, check_float, check_int, check_schedule_field, config_dataclass, fail
+from rlx.core.distributions import Distribution
+from rlx.env import OBS_GROUPS, resolve_device
+from rlx.core.schedulers import ScheduleKind
+
+if TYPE_CHECKING:
+    from rlx.env import EnvFactory
+
+__all__ = ["CommonConfig", "MinibatchConfig", "SequenceFields", "check_sequences"]
+
+
+@config_dataclass
+class CommonConfig:
+    """Fields every rlx algorithm shares: env, model, buffer, GAE, normalizers, device."""
+
+    #: Whether the algorithm trains ``num_seeds > 1`` agents at once.
+    supports_seeds: ClassVar[bool] = False
+
+    #: Model instance to use; mutually exclusive with ``model_cls``.
+    model: nn.Module | None = None
+    #: Model class built as ``model_cls(observation_spec, action_spec, num_params=(S, I),
+    #: **model_config)`` (see :mod:`rlx.models`); default :class:`~rlx.models.MLPActorCritic`.
+    model_cls: type[nn.Module] | None = None
+    #: Keyword arguments for the model class; the default model takes ``hiddens``
+    #: (default ``[256, 256]``), ``critic_hiddens`` (default: as ``hiddens``),
+    #: ``activation_fn`` (default ``"relu"``) and ``log_std_init``.
+    model_config: dict[str, Any] | None = None
+    #: Action distribution class; inferred from the action spec when ``None``
+    #: (Categorical, MultiCategorical, or Normal with clipping; pass
+    #: :class:`~rlx.core.distributions.SquashedNormal` for tanh-squashed bounds).
+    distribution_cls: type[Distribution] | None = None
+    #: Env steps ``T`` per :meth:`collect` per env; the buffer is ``[B, T+1]``.
+    horizon: int = 32
+    #: Reset every env every N collects; negative: never (envs reset their own sub-envs
+    #: at episode ends). rl8's default of 1 would cut every episode at ``T`` steps.
+    horizons_per_env_reset: int = -1
+    #: Number of parallel sub-environments ``B``.
+    num_envs: int = 8192
+    #: Optimizer class.
+    optimizer_cls: type[torch.optim.Optimizer] = torch.optim.Adam
+    #: Optimizer keyword arguments; default ``{"lr": 1e-3}``.
+    optimizer_config: dict[str, Any] | None = None
+    #: Learning-rate schedule: ``[(env_steps, lr), ...]``, counted in env transitions
+    #: (``B * T`` per collect). Constant when ``None``. ``[[0, 3e-4], [1000000, 0]]``
+    #: with ``lr_schedule_kind: interp`` anneals linearly to 0 over a 1M-step budget.
+    lr_schedule: list[tuple[int, float]] | None = None
+    #: ``"step"`` (jump and hold) or ``"interp"`` (linear between milestones).
+    lr_schedule_kind: ScheduleKind = "step"
+    #: GAE λ in [0, 1]: 0 is one-step TD, 1 is the Monte-Carlo return.
+    gae_lambda: float = 0.95
+    #: Discount γ in [0, 1].
+    gamma: float = 0.95
+    #: Normalize advantages by the batch mean and std before the update.
+    normalize_advantages: bool = True
+    #: Divide rewards by the running std of the discounted return (restarting at
+    #: episode ends) before GAE.
+    normalize_rewards: bool = True
+    #: Feed the model observations normalized by a running mean/std (rlx addition).
+    normalize_obs: bool = False
+    #: Mixed precision: bf16 autocast on CPU, fp16 autocast with a GradScaler on CUDA
+    #: (bf16 on CUDA too with ``num_seeds > 1``: a loss scale would couple the seeds).
+    #: γ, returns and GAE stay in float32.
+    enable_amp: bool = False
+    #: Max global gradient norm; ``None`` disables clipping.
+    max_grad_norm: float | None = 5.0
+    #: ``"auto"`` (CUDA when present, else CPU) or an explicit device, which is honoured.
+    device: str = "auto"
+    #: Seed for torch's RNGs at build (env resets, sampling, init); ``None`` leaves them.
+    seed: int | None = None
+    #: Asymmetric actor-critic: ``{"actor": [keys], "critic": [keys]}`` names the top-level
+    #: keys of a Composite observation each network reads (``{"actor": ["policy"],
+    #: "critic": ["policy", "privileged"]}``); a group left out reads every key, ``None``
+    #: both. Acting reads the actor group; every value (rollout, bootstrap, truncation)
+    #: the critic group; a deployed policy takes the actor keys only. Keys are checked
+    #: against the env's observation at build.
+    obs_groups: dict[str, list[str]] | None = None
+    #: ``S`` independent agents trained at once (see :mod:`rlx.members`): the env holds
+    #: ``S * num_envs`` sub-envs, rows ``i*B:(i+1)*B`` for seed i, whose initial
+    #: parameters are a single-seed run's with ``seed + i``; the default model runs the
+    #: S networks as one batched matmul per layer. Per seed: optimizer state, reward
+    #: scaler, observation normalizer, advantage normalization, gradient clipping, KL
+    #: early stop and adaptive LR, NPG's natural step and line search, NaN freeze and
+    #: statistics (``seed{i}/...``). Every algorithm, recurrent ones included (the
+    #: default recurrent model stacks its LSTM/GRU cells: :mod:`rlx.members.stacked`).
+    num_seeds: int = 1
+
+    def __post_init__(self) -> None:
+        if self.model is not None and self.model_cls is not None:
+            fail(self, "model", "model and model_cls are mutually exclusive")
+        if self.model is not None and not isinstance(self.model, nn.Module):
+            fail(self, "model", f"must be an nn.Module, got {type(self.model).__name__}")
+        for field in ("model_config", "optimizer_config"):
+            value = getattr(self, field)
+            if value is not None and not isinstance(value, dict):
+                fail(self, field, f"must be a dict or None, got {type(value).__name__}")
+        if self.model_config is not None and self.model is not None:
+            fail(self, "model_config", "has no effect with a model instance")
+        if self.distribution_cls is not None and not (
+            isinstance(self.distribution_cls, type) and issubclass(self.distribution_cls, Distribution)
+        ):
+            fail(self, "distribution_cls", "must be a subclass of rlx.core.distributions.Distribution")
+        check_int(self, "horizon")
+        check_int(self, "num_envs")
+        check_int(self, "horizons_per_env_reset", minimum=None)
+        if self.horizons_per_env_reset == 0:
+            fail(self, "horizons_per_env_reset", "must be positive or negative (never reset), got 0")
+        if not (isinstance(self.optimizer_cls, type) and issubclass(self.optimizer_cls, torch.optim.Optimizer)):
+            fail(self, "optimizer_cls", f"must be a torch.optim.Optimizer subclass, got {self.optimizer_cls!r}")
+        lr = self.optimizer_kwargs.get("lr")
+        if not isinstance(lr, (int, float)) or isinstance(lr, bool) or not lr > 0 or not math.isfinite(lr):
+            fail(self, "optimizer_config", f"lr must be a positive number, got {lr!r}")
+        if self.lr_schedule is not None:
+            check_schedule_field(self, "lr_schedule")
+            if any(v < 0 for _, v in self.lr_schedule):
+                fail(self, "lr_schedule", "learning rates must be >= 0 (0 anneals the LR away at the end of a budget)")
+        check_float(self, "gamma", low=0.0, high=1.0)
+        check_float(self, "gae_lambda", low=0.0, high=1.0)
+        for field in ("normalize_advantages", "normalize_rewards", "normalize_obs", "enable_amp"):
+            check_bool(self, field)
+        check_float(self, "max_grad_norm", low=0.0, low_open=True, allow_none=True)
+        try:
+            resolve_device(self.device)
+        except (RuntimeError, TypeError) as e:
+            fail(self, "device", f"is not a valid device ({e})")
+        check_int(self, "seed", minimum=0, allow_none=True)
+        check_int(self, "num_seeds")
+        if self.num_seeds > 1:
+            self._check_seeds()
+        self._check_obs_groups()
+
+    def _check_seeds(self) -> None:
+        """What ``num_seeds > 1`` supports so far, refused by name otherwise."""
+        from rlx.members.stacked import STACKED_MODELS
+
+        if not self.supports_seeds:
+            fail(self, "num_seeds", f"num_seeds={self.num_seeds} is not supported by {type(self).__name__}")
+
+        stacked = tuple(STACKED_MODELS.values())
+        custom = self.model if self.model is not None else self.model_cls
+        if custom is not None and not (
+            isinstance(custom, stacked) or (isinstance(custom, type) and issubclass(custom, stacked))
+        ):
+            field = "model" if self.model is not None else "model_cls"
+            fail(self, field, f"num_seeds={self.num_seeds} needs a model with a seed dim (rlx.members.StackedMLPActorCritic, "
+                              f"StackedRecurrentActorCritic or a subclass), got {custom!r}")
+        if isinstance(self.model, stacked) and self.model.num_seeds != self.num_seeds:
+            fail(self, "model", f"stacks {self.model.num_seeds} seeds, but num_seeds={self.num_seeds}")
+
+    def _check_obs_groups(self) -> None:
+        groups = self.obs_groups
+        if groups is None:
+            return
+        if not isinstance(groups, dict) or not groups:
+            fail(self, "obs_groups", f"must map 'actor' and/or 'critic' to lists of observation keys, got {groups!r}")
+        for group, keys in groups.items():
+            if group not in OBS_GROUPS:
+                fail(self, "obs_groups", f"unknown group {group!r}; groups are {list(OBS_GROUPS)}")
+            if not isinstance(keys, (list, tuple)) or not keys or not all(isinstance(k, str) for k in keys):
+                fail(self, "obs_groups", f"{group} must be a non-empty list of observation keys, got {keys!r}")
+
+    def _check_minibatch_size(self, field: str) -> None:
+        check_int(self, field, allow_none=True)
+        size = getattr(self, field)
+        if size is not None and size > self.buffer_size:
+            fail(
+                self,
+                field,
+                f"{size} is larger than the buffer "
+                f"(num_envs * horizon = {self.num_envs} * {self.horizon} = {self.buffer_size})",
+            )
+
+    @property
+    def optimizer_kwargs(self) -> dict[str, Any]:
+        """Optimizer keyword arguments with rlx's default learning rate filled in."""
+        return {"lr": 1e-3, **(self.optimizer_config or {})}
+
+    @property
+    def buffer_size(self) -> int:
+        """Samples per collect, ``N = B * T``."""
+        return self.num_envs * self.horizon
+
+    #: The algorithm class :meth:`build` constructs (set by each config class).
+    algorithm_cls: ClassVar[type[Algorithm]]
+
+    def build(self, env_cls: EnvFactory) -> Algorithm:
+        """Build this config's algorithm for ``env_cls`` and validate it against the env's
+        specs (one reset, one act, one step: see :meth:`Algorithm.validate`)."""
+        algo = type(self).algorithm_cls(env_cls, self)
+        algo.validate()
+        return algo
+
+
+@config_dataclass
+class MinibatchConfig(CommonConfig):
+    """Fields of the first-order minibatch update that PPO and A2C share: entropy bonus,
+    value weight, minibatches, micro-batches, ``compile`` and ``cudagraphs``."""
+
+    #: Entropy bonus weight; ignored when ``entropy_coeff_schedule`` is set.
+    entropy_coeff: float = 0.0
+    #: Entropy-coefficient schedule ``[(env_steps, coeff), ...]`` over env transitions.
+    entropy_coeff_schedule: list[tuple[int, float]] | None = None
+    #: ``"step"`` or ``"interp"``.
+    entropy_coeff_schedule_kind: ScheduleKind = "step"
+    #: Minibatch size ``M``; ``None`` makes the whole buffer one minibatch.
+    sgd_minibatch_size: int | None = None
+    #: Shuffle samples into new minibatches every epoch (an on-device ``randperm``).
+    shuffle_minibatches: bool = True
+    #: Weight of the value loss in the total loss.
+    vf_coeff: float = 1.0
+    #: Samples per forward/backward pass: a larger minibatch runs in micro-batches whose
+    #: gradients accumulate, each weighted by its share (the same update and statistics
+    #: up to float rounding, unlike ``sgd_minibatch_size``). ``None``: on a CPU, 4096 for
+    #: models up to 128 wide and 2048 for wider ones (whole-buffer passes spill out of
+    #: cache, 1.5-2x slower measured; much smaller ones repeat the per-pass dispatch),
+    #: and no split on CUDA. 0: never split.
+    micro_batch_size: int | None = None
+    #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
+    #: collect and the forward pass and losses of the update. The first collect and step
+    #: pay for compiling (tens of seconds on a CPU); tensor observations only. Sampling
+    #: draws from inductor's RNG, so runs differ from eager ones with the same seed.
+    #: Combines with ``cudagraphs``: the captured update runs the compiled code.
+    compile: bool = False
+    #: CUDA only: capture the minibatch update (forward, losses, backward, clipping,
+    #: a capturable Adam with a tensor LR) in a CUDA graph and replay it, removing the
+    #: per-kernel launch cost. Needs ``optimizer_cls`` Adam or AdamW (with seeds: each
+    #: seed's :class:`~rlx.members.optim.SeedAdam` step), equal minibatches
+    #: (``sgd_minibatch_size`` dividing ``num_envs * horizon``), no AMP, no gradient
+    #: accumulation, one process and tensor observations. With an env that declares ``graph_safe = True`` (the built-in envs
+    #: do; see :class:`rlx.env.Env`), collect's whole T loop (acting, env steps, buffer
+    #: writes) is captured too, once per mode (sampling, deterministic); other envs keep
+    #: the eager T loop. Both follow one rule (:mod:`rlx.core.cuda_graphs`): 3 eager warm-up
+    #: calls, then one capture, then replays.
+    cudagraphs: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        for field in ("shuffle_minibatches", "cudagraphs", "compile"):
+            check_bool(self, field)
+        check_float(self, "entropy_coeff", low=0.0)
+        if self.entropy_coeff_schedule is not None:
+            check_schedule_field(self, "entropy_coeff_schedule")
+            if any(v < 0 for _, v in self.entropy_coeff_schedule):
+                fail(self, "entropy_coeff_schedule", "entropy coefficients must be >= 0")
+        self._check_minibatch_size("sgd_minibatch_size")
+        check_int(self, "micro_batch_size", minimum=0, allow_none=True)
+        check_float(self, "vf_coeff", low=0.0)
+        if self.num_seeds > 1 and self.accumulate_grads:
+            fail(self, "accumulate_grads", f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
+        if self.cudagraphs:
+            if self.enable_amp or self.accumulate_grads:
+                fail(self, "cudagraphs", "cannot be combined with enable_amp or accumulate_grads")
+            if self.optimizer_cls not in (torch.optim.Adam, torch.optim.AdamW):
+                fail(self, "cudagraphs", f"needs optimizer_cls torch.optim.Adam or AdamW (the captured step reads its "
+                                         f"learning rate on the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
+            if self.buffer_size % self.minibatch_size:
+                fail(
+                    self,
+                    "cudagraphs",
+                    f"needs equal minibatches: sgd_minibatch_size={self.minibatch_size} must divide "
+                    f"num_envs * horizon = {self.buffer_size}",
+                )
+
+    @property
+    def minibatch_size(self) -> int:
+        """``M``: ``sgd_minibatch_size``, or the whole buffer."""
+        return self.sgd_minibatch_size or self.buffer_size
+
+
+@config_dataclass
+class SequenceFields:
+    """The fields of training a recurrent policy on sequences (mixed into a recurrent
+    config before its algorithm's config; :func:`check_sequences` validates them)."""
+
+    #: Steps per training sequence (truncated backprop through time); must divide
+    #: ``horizon``. ``None``: the whole horizon, one sequence per env.
+    seq_len: int | None = None
+    #: Steps run without gradient before each sequence, from the state stored ``burn_in``
+    #: steps earlier, to refresh the stored state with the current parameters (R2D2).
+    #: Sequences with fewer collected steps before them keep their stored state.
+    #: 0 disables it; at most ``horizon - seq_len``.
+    burn_in: int = 0
+
+    @property
+    def sequence_length(self) -> int:
+        """``L``: ``seq_len``, or the horizon."""
+        return self.seq_len or self.horizon
+
+
+def check_sequences(config: Any) -> None:
+    """Validate a recurrent config's sequence fields against its horizon and minibatches."""
+    check_int(config, "seq_len", allow_none=True)
+    check_int(config, "burn_in", minimum=0)
+    L = config.sequence_length
+    if config.horizon % L:
+        fail(config, "seq_len", f"{L} must divide horizon={config.horizon}")
+    if config.minibatch_size % L:
+        fail(
+            config,
+            "sgd_minibatch_size",
+            f"{config.minibatch_size} must be a multiple of seq_len={L}: minibatches are whole sequences",
+        )
+    if config.burn_in > config.horizon - L:
+        fail(
+            config,
+            "burn_in",
+            f"{config.burn_in} leaves no sequence with collected steps to burn in: "
+            f"needs burn_in <= horizon - seq_len = {config.horizon - L}",
+        )
+    if config.cudagraphs:
+        fail(config, "cudagraphs", "is not supported for recurrent policies")
+    if config.compile:
+        fail(config, "compile", "is not supported for recurrent policies")

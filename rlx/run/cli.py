@@ -1,0 +1,341 @@
+"""The ``rlx`` command: train, eval, plot, export, bench, check-env, envs.
+
+    rlx train CONFIG [--set key=value ...] [--run-dir DIR] [--resume] [--seeds S]
+    rlx eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--num-envs B]
+    rlx plot RUN_DIR [--out FILE.png]
+    rlx export RUN_DIR [--out policy.pt]
+    rlx bench [--quick] [--device cuda] [--num-envs 64 1024 ...] [...]
+    rlx check-env MODULE:CLASS [--num-envs B] [--steps N]
+    rlx envs
+
+Errors a user can fix (a missing file, a bad key or value, an env that fails to import)
+print one line, ``rlx: error: ...``, and exit with status 2; ``RLX_DEBUG=1`` shows the
+traceback instead.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import math
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main"]
+
+
+def _writable_dir(path: Path, what: str) -> None:
+    """Create the directory ``path`` (and its parents) and prove it takes a file, before
+    any work whose results would go there.
+
+    Raises:
+        ValueError: naming ``what`` (the option and its value), the directory and why it
+            cannot be written.
+    """
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / f".rlx-write-test-{os.getpid()}"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            reason = f"{blocker} is a file, not a directory"
+        raise ValueError(f"{what}: cannot write in {path} ({reason}); choose another place") from e
+
+
+def _threads_arg(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        threads = int(value)
+    except ValueError:
+        threads = 0
+    if threads < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive int or 'auto', got {value!r}")
+    return threads
+
+
+def _cpu_threads(threads: int | str | None) -> Any:
+    """Apply ``--threads``: a count is set once; ``auto`` (the default, unless
+    ``OMP_NUM_THREADS`` fixes it) returns the :class:`~rlx.run.threads.AutoThreads` that keeps
+    torch off the cores other processes use."""
+    import torch
+
+    from rlx.run.threads import AutoThreads, threads_are_set_by_user
+
+    if isinstance(threads, int):
+        torch.set_num_threads(threads)
+        return None
+    if threads is None and threads_are_set_by_user():
+        return None
+    auto = AutoThreads()
+    auto.update()
+    return auto
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import torch
+
+    from rlx.core import distributed as rdist
+    from rlx.env import resolve_device
+    from rlx.config.run import load_run_config
+
+    overrides = list(args.set or [])
+    if args.seeds is not None:
+        overrides.append(f"config.num_seeds={args.seeds}")
+    run = load_run_config(args.config, overrides)
+    # Under torchrun: join the process group (NCCL for CUDA training, else gloo).
+    distributed = rdist.init_from_env(device_type=resolve_device(run.config.device).type)
+    try:
+        return _train(args, run)
+    finally:
+        if distributed:
+            torch.distributed.destroy_process_group()
+
+
+def _train(args: argparse.Namespace, run: Any) -> int:
+    from rlx.core import distributed as rdist
+    from rlx.run.checkpoint import latest_checkpoint
+    from rlx.run.trainer import Trainer
+
+    say = print if rdist.rank() == 0 else (lambda *a, **k: None)
+    if args.run_dir is not None:
+        run_dir = Path(args.run_dir)
+    elif args.resume:
+        raise ValueError("--resume needs --run-dir: the run directory to continue")
+    else:
+        run_dir = Path("runs") / f"{Path(args.config).stem}-{dt.datetime.now():%Y%m%d-%H%M%S}"
+    if rdist.world_size() > 1 and args.run_dir is None and not args.resume:
+        raise ValueError("under torchrun, pass --run-dir: every rank must agree on the run directory")
+    if args.resume and latest_checkpoint(run_dir) is None:
+        raise FileNotFoundError(f"--resume: no checkpoint in {run_dir / 'checkpoints'}")
+    if not args.resume and latest_checkpoint(run_dir) is not None:
+        raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it, or another --run-dir")
+    if rdist.rank() == 0:
+        _writable_dir(run_dir, f"--run-dir {run_dir}")
+    algo = run.config.build(run.env_cls)
+    trainer = Trainer(algo, run.trainer, run_dir=run_dir, run_config=run, cpu_threads=_cpu_threads(args.threads))
+    if args.resume:
+        path = trainer.resume()
+        say(f"resumed {run_dir} from {path.name} (iteration {trainer.iteration}, {algo.env_steps} env steps)")
+    ranks = f" on each of {algo.world_size} ranks" if algo.world_size > 1 else ""
+    say(f"training {run.algorithm} on {run.env} with {algo.num_envs} envs x {algo.horizon} steps{ranks} on {algo.device}")
+    metrics = trainer.run()
+    ckpt = latest_checkpoint(run_dir)
+    say(f"stopped: {trainer.stop_reason} after {algo.env_steps} env steps in {trainer.wall_s:.1f} s of training")
+    if trainer.stop_hint:
+        say(f"  {trainer.stop_hint}")
+    say(f"run directory: {run_dir}")
+    say(f"  metrics:    {run_dir / 'metrics.jsonl'}   (curves: rlx plot {run_dir})")
+    say(f"  checkpoint: {ckpt}")
+    if trainer.interrupted_by is not None:  # preempted: resumable, and not a finished run
+        say(f"  resume with: rlx train {args.config} --run-dir {run_dir} --resume")
+        return 128 + trainer.interrupted_by
+    return 0 if metrics else 1
+
+
+def _cmd_eval(args: argparse.Namespace) -> int:
+    from rlx.env import check_device_available
+    from rlx.collect.evaluation import evaluate_policy
+    from rlx.run.export import policy_from_checkpoint
+    from rlx.config.run import env_factory
+
+    check_device_available(args.device, where="--device")
+    policy, run = policy_from_checkpoint(args.path, device=args.device, seed=args.seed)
+    env = env_factory(run["env"], run.get("env_kwargs"))(args.num_envs, None, device=args.device)
+    stats = evaluate_policy(policy, env, episodes=args.episodes, max_steps=args.max_steps, deterministic=not args.stochastic)
+    for key, value in stats.items():
+        print(f"{key}: {value:.4f}" if isinstance(value, float) and not math.isnan(value) else f"{key}: {value}")
+    return 0
+
+
+def _cmd_plot(args: argparse.Namespace) -> int:
+    from rlx.run.plotting import is_multi_seed_run, plot_run, plot_seeds
+
+    if args.out:
+        _writable_dir(Path(args.out).parent, f"--out {args.out}")
+    one = len(args.run_dir) == 1
+    if one and not is_multi_seed_run(args.run_dir[0]):
+        out = plot_run(args.run_dir[0], args.out)
+        print(f"wrote {out}")
+        return 0
+    # Several runs, or one run of num_seeds > 1 (its seeds drawn as separate runs).
+    first = Path(args.run_dir[0]).resolve()
+    out_path = args.out or (first / "seeds.png" if one else first.parent / "seeds.png")
+    out, s = plot_seeds(args.run_dir, out_path, args.metric, args.threshold)
+    print(f"{s['seeds']} seeds, {s['metric']} (IQM [95% bootstrap CI]" + (", n/a for 1 seed" if s["seeds"] < 2 else "")
+          + "):")
+    print(f"  final: {s['final_iqm']:.2f} [{s['final_ci'][0]:.2f}, {s['final_ci'][1]:.2f}]   per seed: "
+          + ", ".join(f"{v:.1f}" for v in s["final"]))
+    print(f"  best:  {s['best_iqm']:.2f} [{s['best_ci'][0]:.2f}, {s['best_ci'][1]:.2f}]   per seed: "
+          + ", ".join(f"{v:.1f}" for v in s["best"]))
+    if "threshold" in s:
+        reached = sum(math.isfinite(v) for v in s["steps_to_threshold"])
+        print(f"  env steps to {s['threshold']:g}: {s['steps_iqm']:,.0f} [{s['steps_ci'][0]:,.0f}, "
+              f"{s['steps_ci'][1]:,.0f}]   reached by {reached} of {s['seeds']} seeds")
+    print(f"wrote {out}")
+    return 0
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    from rlx.run.export import export_onnx, export_torchscript
+
+    run_dir = Path(args.path) if Path(args.path).is_dir() else Path(args.path).parent
+    out = Path(args.out) if args.out else run_dir / ("policy.onnx" if args.format == "onnx" else "policy.pt")
+    _writable_dir(out.parent, f"--out {out}")
+    if args.format == "onnx":
+        export_onnx(args.path, out, seed=args.seed)
+        print(f"wrote {out} (ONNX, one self-contained file: raw observations in, env actions out; run with onnxruntime)")
+        return 0
+    export_torchscript(args.path, out, seed=args.seed)
+    print(f"wrote {out} (TorchScript; load with torch.jit.load or rlx.load_policy)")
+    return 0
+
+
+def _cmd_envs(args: argparse.Namespace) -> int:
+    import rlx.envs
+
+    for name in rlx.envs.__all__:
+        if name in rlx.envs.TOOLS:
+            continue
+        env_cls = getattr(rlx.envs, name)
+        env = env_cls(1)
+        obs, act = env.observation_spec, env.action_spec
+        summary = (env_cls.__doc__ or "").strip().splitlines()[0]
+        print(f"rlx.envs:{name}")
+        print(f"  {summary}")
+        print(f"  observation: {type(obs).__name__}{list(obs.shape)} {obs.dtype}")
+        bounds = ""
+        if hasattr(act.space, "low"):
+            bounds = f" in [{act.space.low.min().item():g}, {act.space.high.max().item():g}]"  # SYNC: listing
+        elif hasattr(act.space, "n"):
+            bounds = f" with {act.space.n} choices"
+        print(f"  action:      {type(act).__name__}{list(act.shape)} {act.dtype}{bounds}")
+    return 0
+
+
+def _cmd_check_env(args: argparse.Namespace) -> int:
+    from rlx.core.yaml_types import import_object
+    from rlx.envs import check_env
+
+    env_cls = import_object(args.env, where="env")
+    problems = check_env(env_cls, args.num_envs, steps=args.steps, device=args.device)
+    return 1 if problems else 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from rlx.run.bench import run
+
+    return run(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``rlx`` command."""
+    parser = argparse.ArgumentParser(prog="rlx", description="Train and use PPO / NPG policies on batched torch envs.")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    train = sub.add_parser(
+        "train", help="train from a YAML run config",
+        description="Train from a YAML run config. SIGTERM or Ctrl-C (SIGINT) finishes the iteration in progress, "
+        "writes a checkpoint and exits with status 128 + the signal (143, 130); --resume continues from it. "
+        "Exit status 0: a stop condition held; 2: a usage or config error.",
+    )
+    train.add_argument("config", help="YAML run config (env, algorithm, config, trainer); see configs/")
+    train.add_argument(
+        "--set", action="append", metavar="KEY=VALUE",
+        help="override a config value by its dotted path, parsed as YAML, e.g. --set config.num_envs=64 (repeatable)",
+    )
+    train.add_argument("--run-dir", help="run directory (default: runs/<config name>-<timestamp>)")
+    train.add_argument("--resume", action="store_true", help="continue the run in --run-dir from its newest checkpoint")
+    train.add_argument("--threads", type=_threads_arg, metavar="N|auto",
+                       help="torch CPU threads (default auto: the cores other processes leave free, looked at again "
+                       "every 5 s; OMP_NUM_THREADS, when set, is kept)")
+    train.add_argument("--seeds", type=int, metavar="S",
+                       help="train S independent agents at once (seeds seed..seed+S-1; config.num_seeds); every algorithm")
+    train.set_defaults(func=_cmd_train)
+
+    ev = sub.add_parser("eval", help="evaluate a trained policy", description="Evaluate a trained policy deterministically.")
+    ev.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT", help="a run directory (newest checkpoint) or a checkpoint file")
+    ev.add_argument("--episodes", type=int, default=32, help="complete episodes to average over (default 32)")
+    ev.add_argument("--num-envs", type=int, default=32, help="parallel sub-envs (default 32)")
+    ev.add_argument("--max-steps", type=int, default=10_000, help="give up after this many env steps (default 10000)")
+    ev.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
+    ev.add_argument("--device", default="cpu", help="device for the policy and env (default cpu)")
+    ev.add_argument("--seed", type=int, help="which agent of a multi-seed run (0 <= i < num_seeds)")
+    ev.set_defaults(func=_cmd_eval)
+
+    plot = sub.add_parser(
+        "plot", help="draw learning curves (needs matplotlib)",
+        description="Draw a run's learning curves; with several run directories (seeds of one setup), each seed "
+        "thinly and their interquartile mean with a 95%% bootstrap band, and print the IQM and interval of the "
+        "final and best values and of the env steps to reach the threshold.",
+    )
+    plot.add_argument("run_dir", metavar="RUN_DIR", nargs="+", help="run directories with metrics.jsonl")
+    plot.add_argument("--out", help="PNG file to write (default RUN_DIR/curves.png; seeds: the first RUN_DIR's "
+                      "parent/seeds.png)")
+    plot.add_argument("--metric", help="seeds: the metric to aggregate (default eval/return_mean when every run "
+                      "evaluated, else episodes/return_mean)")
+    plot.add_argument("--threshold", type=float, help="seeds: the value whose first crossing is timed (default "
+                      "the runs' trainer.stop_at for the metric)")
+    plot.set_defaults(func=_cmd_plot)
+
+    export = sub.add_parser("export", help="export the policy as TorchScript or ONNX",
+                            description="Export the deterministic policy as TorchScript (default) or ONNX.")
+    export.add_argument("path", metavar="RUN_DIR", help="a run directory (newest checkpoint) or a checkpoint file")
+    export.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript",
+                        help="torchscript (runs with torch alone) or onnx (pip install 'rlx[onnx]')")
+    export.add_argument("--out", help="output file (default RUN_DIR/policy.pt, or policy.onnx)")
+    export.add_argument("--seed", type=int, help="which agent of a multi-seed run (0 <= i < num_seeds)")
+    export.set_defaults(func=_cmd_export)
+
+    bench = sub.add_parser(
+        "bench", help="throughput benchmark: collect, update and end-to-end speed over a grid",
+        description="Time collect() and step() over a grid of batch sizes, envs and algorithms "
+        "(medians after warm-up, CUDA synchronised); results go to --out-dir as JSON lines and markdown.",
+    )
+    from rlx.run.bench import add_arguments
+
+    add_arguments(bench)
+    bench.set_defaults(func=_cmd_bench)
+
+    check = sub.add_parser(
+        "check-env", help="check an env class against rlx's protocol",
+        description="Check an env class: specs, shapes, dtypes, devices, auto-reset, final_obs.",
+    )
+    check.add_argument("env", metavar="MODULE:CLASS", help="import path of the env class, e.g. my_pkg.envs:MyEnv")
+    check.add_argument("--num-envs", type=int, default=4, help="sub-envs to build (default 4)")
+    check.add_argument("--steps", type=int, default=300, help="random-action steps to take (default 300)")
+    check.add_argument("--device", default="cpu", help="device to build the env on (default cpu)")
+    check.set_defaults(func=_cmd_check_env)
+
+    envs = sub.add_parser("envs", help="list the built-in envs", description="List the built-in envs and their spaces.")
+    envs.set_defaults(func=_cmd_envs)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the ``rlx`` command; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    # Env and model import paths resolve from the current directory too, as under
+    # ``python -m`` (appended: an installed package of the same name still wins).
+    if os.getcwd() not in sys.path and "" not in sys.path:
+        sys.path.append(os.getcwd())
+    try:
+        return args.func(args)
+    except KeyboardInterrupt:
+        print("rlx: interrupted", file=sys.stderr)
+        return 130
+    except (OSError, ValueError, ImportError, TypeError, FloatingPointError) as e:
+        if os.environ.get("RLX_DEBUG"):
+            raise
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        print(f"rlx: error: {message}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
