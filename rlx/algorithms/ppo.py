@@ -20,6 +20,7 @@ from torch import Tensor
 from rlx.core import distributed as rdist
 from rlx.core._sync import allowed_sync
 from rlx.algorithms.base import Algorithm
+from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
@@ -170,18 +171,23 @@ class PPO(Algorithm):
             if self.world_size > 1:
                 raise ValueError("AlgorithmConfig.cudagraphs: not supported under torch.distributed yet")
         # What runs the update: the plain methods, wrapped here and only here. ``compile``
-        # compiles the forward pass and losses (inductor); ``cudagraphs`` captures the
-        # whole minibatch update (which may call the compiled code) in a CUDA graph.
+        # compiles the whole minibatch update as one program where it can (FusedUpdate),
+        # else the forward pass and losses; ``cudagraphs`` captures the update (compiled
+        # or not) in a CUDA graph.
         self.loss_fn = torch.compile(self.losses, dynamic=self.members.compile_dynamic) if config.compile else self.losses
+        #: Why ``compile`` does not fuse the whole update (``None``: it does, or no compile).
+        self.fused_unsupported = fused_unsupported(self) if config.compile else None
+        self.fused = FusedUpdate(self) if config.compile and self.fused_unsupported is None else None
         self.update = self._wrapped_update()
 
     def _wrapped_update(self) -> Callable[..., Tensor]:
-        """:meth:`minibatch_update`, through a CUDA graph with ``cudagraphs`` (a new one
-        after each load: a captured graph reads the optimizer state it was captured with)."""
+        """:meth:`minibatch_update` (or the fused program), through a CUDA graph with
+        ``cudagraphs`` (a new one after each load: a captured graph reads the optimizer
+        state it was captured with)."""
+        update = self.fused or self.minibatch_update
         if not self.config.cudagraphs:
-            return self.minibatch_update
-        return GraphedBatchCall(self.minibatch_update, self.device,
-                                before_capture=lambda: self.optimizer.zero_grad(set_to_none=True))
+            return update
+        return GraphedBatchCall(update, self.device, before_capture=lambda: self.optimizer.zero_grad(set_to_none=True))
 
     @property
     def uses_cuda_graphs(self) -> bool:

@@ -1,0 +1,129 @@
+"""rlx against a whole-program JAX PPO (PureJaxRL's design), side by side in one run.
+
+    python benchmarks/vs_jax.py [--device cpu|cuda] [--num-envs 64 1024 4096] [--minibatches 4 64]
+                                [--modes eager compile] [--rounds 2] [--threads 1]
+
+The same work on both sides: CartPole (gymnasium's dynamics), T = 32, separate 64x64
+tanh actor and critic, 4 epochs, 4 or 64 minibatches, Adam with lr 2.5e-3 and the
+gradient clipped to 0.5, gamma 0.99, lambda 0.95, clip 0.2 (``jax_ppo.py`` is the JAX
+program: the whole run is one ``jax.jit``). For each setting and round, interleaved:
+
+* JAX: compile time (``jit(...).lower().compile()``), then steady-state env steps/s of
+  a compiled run of ``--iterations`` iterations, and the mean return of the episodes
+  that ended in its last 5 iterations;
+* rlx, per mode (``eager``: the defaults; ``compile``: ``compile=True``, whose update
+  is one compiled program, :mod:`rlx.algorithms.fused`): the first iteration's time
+  (compiling included), then steady-state env steps/s of ``collect()`` + ``step()`` over
+  the same iterations, and the same return.
+
+Medians over rounds; ``rlx / JAX`` is each rlx mode's env steps/s over JAX's from the
+same round. On a CPU, ``--threads 1`` gives each side one thread (XLA's Eigen pool is
+switched off via ``XLA_FLAGS``, set before JAX is imported). Needs the ``jax`` extra
+(``pip install -e '.[jax]'``). Results: ``benchmarks/results/vs_jax_<device>.jsonl``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 1024, 4096])
+    parser.add_argument("--minibatches", type=int, nargs="+", default=[4, 64])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compile"], choices=["eager", "compile", "cudagraphs",
+                                                                                    "compile+cudagraphs"])
+    parser.add_argument("--iterations", type=int, default=0, help="iterations timed per run (default: ~0.5M env steps, at least 4)")
+    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--out", default=None)
+    args = parser.parse_args()
+    if args.device == "cpu":
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                                   f" intra_op_parallelism_threads={args.threads}").strip()
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    import jax
+    import numpy as np
+    import torch
+
+    from common import append_results, results_path
+    from jax_ppo import PPOSettings, block, make_train
+    from rlx import AlgorithmConfig
+    from rlx.envs import CartPole
+
+    torch.set_num_threads(args.threads)
+    T = 32
+    out = args.out or results_path(f"vs_jax_{args.device}")
+    rows = []
+    for B in args.num_envs:
+        for nmb in args.minibatches:
+            iters = args.iterations or max(4, 500_000 // (B * T))
+            s = PPOSettings(num_envs=B, horizon=T, minibatches=nmb)
+            per_round: dict[str, list[dict]] = {}
+            for r in range(args.rounds):
+                # JAX: compile, then a timed run of the compiled program.
+                start = time.perf_counter()
+                train = make_train(s, iters).lower(jax.random.PRNGKey(r)).compile()
+                compile_s = time.perf_counter() - start
+                start = time.perf_counter()
+                _, returns = block(train(jax.random.PRNGKey(r)))
+                wall = time.perf_counter() - start
+                ret = float(np.nanmean(np.asarray(returns)[-5:]))
+                per_round.setdefault("jax", []).append({"steps_per_s": iters * B * T / wall, "compile_s": compile_s,
+                                                        "return": ret})
+                for mode in args.modes:
+                    config = AlgorithmConfig(
+                        num_envs=B, horizon=T, num_sgd_iters=s.epochs, sgd_minibatch_size=B * T // nmb,
+                        optimizer_config={"lr": s.lr}, gamma=s.gamma, gae_lambda=s.gae_lambda, clip_param=s.clip,
+                        vf_clip_param=None, vf_coeff=s.vf_coeff, entropy_coeff=s.entropy_coeff,
+                        max_grad_norm=s.max_grad_norm, model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
+                        device=args.device, seed=r, compile="compile" in mode, cudagraphs="cudagraphs" in mode,
+                    )
+                    algo = config.build(CartPole)
+                    start = time.perf_counter()
+                    algo.collect()
+                    algo.step()
+                    first_s = time.perf_counter() - start
+                    for _ in range(2):  # warm-up (graph capture, the compiled last-value pass)
+                        algo.collect()
+                        algo.step()
+                    if args.device == "cuda":
+                        torch.cuda.synchronize()
+                    lengths = []
+                    start = time.perf_counter()
+                    for i in range(iters):
+                        stats = algo.collect()
+                        algo.step()
+                        if i >= iters - 5:
+                            lengths.append(stats["episodes/return_mean"])
+                    if args.device == "cuda":
+                        torch.cuda.synchronize()
+                    wall = time.perf_counter() - start
+                    per_round.setdefault(mode, []).append({"steps_per_s": iters * B * T / wall, "compile_s": first_s,
+                                                           "return": float(np.nanmean(lengths))})
+            jax_rate = [x["steps_per_s"] for x in per_round["jax"]]
+            for side, results in per_round.items():
+                rate = statistics.median(x["steps_per_s"] for x in results)
+                ratio = statistics.median(x["steps_per_s"] / j for x, j in zip(results, jax_rate))
+                row = {"side": side, "device": args.device, "num_envs": B, "minibatches": nmb, "horizon": T,
+                       "epochs": s.epochs, "iterations": iters, "rounds": args.rounds,
+                       "steps_per_s": round(rate), "vs_jax": round(ratio, 3),
+                       "compile_s": round(statistics.median(x["compile_s"] for x in results), 2),
+                       "return": round(statistics.median(x["return"] for x in results), 1)}
+                rows.append(row)
+                print(f"B={B:>6} mb={nmb:>3} {side:>20}: {rate:>12,.0f} env steps/s  rlx/JAX {ratio:5.2f}  "
+                      f"compile/first {row['compile_s']:6.1f} s  return {row['return']:6.1f}", flush=True)
+    append_results(out, rows, threads=args.threads)
+    print(f"results: {out}")
+
+
+if __name__ == "__main__":
+    main()
