@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from tensordict import TensorDict
@@ -33,7 +33,16 @@ if TYPE_CHECKING:
     from rlx.config import CommonConfig
     from rlx.env import EnvFactory
 
-__all__ = ["Algorithm", "Obs"]
+__all__ = ["Algorithm", "Obs", "RolloutFns"]
+
+
+class RolloutFns(NamedTuple):
+    """How an algorithm's collect runs: ``act`` and ``value`` (``None``: the policy's
+    own), and ``compile_steps``: each step of the T loop as one compiled program."""
+
+    act: ActFn | None
+    value: ValueFn | None
+    compile_steps: bool
 
 
 class Algorithm(ABC):
@@ -96,11 +105,13 @@ class Algorithm(ABC):
         )
         if self.device.type == "cpu" and self.members.can_cut_passes:
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
-        act_fn, value_fn = self._rollout_fns()
-        graphed = self.uses_cuda_graphs and self.device.type == "cuda" and env_is_graph_safe(self.env)
+        fns = self._rollout_fns()
+        graph_safe = env_is_graph_safe(self.env) and not self.policy.recurrent
+        graphed = self.uses_cuda_graphs and self.device.type == "cuda" and graph_safe
+        compile_steps = fns.compile_steps and graph_safe
         self.rollout = Rollout(
-            self.env, self.policy, self.horizon, self.device,
-            act_fn=act_fn, value_fn=value_fn, graphed=graphed and not self.policy.recurrent, members=self.members,
+            self.env, self.policy, self.horizon, self.device, act_fn=None if compile_steps else fns.act,
+            value_fn=fns.value, graphed=graphed, members=self.members, compile_steps=compile_steps,
         )
         if self.world_size > 1:
             rdist.check_same_on_all_ranks(
@@ -156,9 +167,10 @@ class Algorithm(ABC):
                 ) from e
             raise ConfigError(f"{where}: {e}") from e
 
-    def _rollout_fns(self) -> tuple[ActFn | None, ValueFn | None]:
-        """What the T loop calls to act and to value (``None``: the policy's own)."""
-        return None, None
+    def _rollout_fns(self) -> RolloutFns:
+        """What the T loop calls to act and to value (``None``: the policy's own), and
+        whether each of its steps runs compiled (for a graph-safe env)."""
+        return RolloutFns(None, None, False)
 
     def _optimized_parameters(self) -> list[torch.nn.Parameter]:
         """The parameters the first-order optimizer updates (all of the model's)."""

@@ -19,14 +19,13 @@ from torch import Tensor
 
 from rlx.core import distributed as rdist
 from rlx.core._sync import allowed_sync
-from rlx.algorithms.base import Algorithm
+from rlx.algorithms.base import Algorithm, RolloutFns
 from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.core.cuda_graphs import GraphedBatchCall
 from rlx.policy import EvalOutput, Obs
-from rlx.collect.rollout import ActFn, ValueFn
 from rlx.core.schedulers import Schedule
 from rlx.members.ops import seed_means
 from rlx.core.stats import Stats
@@ -199,12 +198,12 @@ class PPO(Algorithm):
         kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr
         return self.config.cudagraphs or (kl_stop and self.members.gates_lr)
 
-    def _rollout_fns(self) -> tuple[ActFn | None, ValueFn | None]:
+    def _rollout_fns(self) -> RolloutFns:
         if not self.config.compile:
-            return None, None
+            return RolloutFns(None, None, False)
         # A second shape (the last value pass) recompiles once with dynamic shapes, which
-        # then serve every size.
-        return torch.compile(self.policy.act_step), torch.compile(self.policy.value_step)
+        # then serve every size. A graph-safe env's steps compile whole (acting included).
+        return RolloutFns(torch.compile(self.policy.act_step), torch.compile(self.policy.value_step), True)
 
     def _minibatch_source(self) -> MinibatchSource:
         """The units the update shuffles and slices: single samples."""

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 from tensordict import TensorDict
@@ -50,6 +50,24 @@ ActFn = Callable[..., StepOutput]
 ValueFn = Callable[[Obs, Tensor, Tensor], Tensor]
 
 
+class StepColumns(NamedTuple):
+    """The buffer views one step of the T loop reads and writes (column ``t``, and
+    ``t + 1`` for what the step leads to)."""
+
+    obs: Obs
+    state: Tensor
+    reset: Tensor
+    actions: Tensor
+    logp: Tensor
+    values: Tensor
+    next_state: Tensor
+    rewards: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    final_obs: Obs | None
+    next_obs: Obs
+
+
 class Rollout:
     """The buffer and the T loop of one algorithm.
 
@@ -62,6 +80,9 @@ class Rollout:
             policy's :meth:`~rlx.policy.PolicyBase.act_step` and
             :meth:`~rlx.policy.PolicyBase.value_step`; PPO may pass compiled ones).
         graphed: Capture the T loop in a CUDA graph (a graph-safe env on CUDA only).
+        compile_steps: Run each step of the T loop (acting, the env step, the buffer
+            writes) as one compiled program (a graph-safe env: it returns the same keys
+            on every step).
     """
 
     def __init__(
@@ -75,6 +96,7 @@ class Rollout:
         value_fn: ValueFn | None = None,
         graphed: bool = False,
         members: Members | None = None,
+        compile_steps: bool = False,
     ) -> None:
         self.env, self.policy, self.device = env, policy, device
         self.members = members or Members(1, device)  # rows i*B:(i+1)*B for member i
@@ -82,6 +104,9 @@ class Rollout:
         self.act_fn = act_fn or policy.act_step
         self.value_fn = value_fn or policy.value_step
         self.graphed = graphed
+        #: ``compile_steps``: :meth:`write_step` compiled (one program for every column).
+        self.compiled_step = torch.compile(self._write_step_only, dynamic=False) if compile_steps else None
+        self._compiled_modes: set[bool] = set()  # modes (deterministic or not) compiled so far
         self.buffer: TensorDict | None = None
         self.terminates = self.truncates = False
         # Per-env partial-episode return and length carried across collects (float64:
@@ -155,9 +180,17 @@ class Rollout:
         self.values, self.rewards = cols(buf.get(VALUES)), cols(buf.get(REWARDS))
         self.terminated, self.truncated = cols(buf.get(TERMINATED)), cols(buf.get(TRUNCATED))
         self.final_obs = cols(buf.get(FINAL_OBS)) if self.truncates else None
-        # (key, declared at validation, its columns): what each env step's flags go into.
-        self._episode_ends = ((TERMINATED, self.terminates, self.terminated), (TRUNCATED, self.truncates, self.truncated))
+        # (key, declared at validation): an undeclared key the env returns later is refused.
+        self._episode_ends = ((TERMINATED, self.terminates), (TRUNCATED, self.truncates))
         self.states, self.resets = cols(states), cols(resets)
+        final = self.final_obs or [None] * (T + 1)
+        #: Each step's views, the inputs of :meth:`write_step`.
+        self.columns = [
+            StepColumns(self.obs[t], self.states[t], self.resets[t], self.actions[t], self.logp[t], self.values[t],
+                        self.states[t + 1], self.rewards[t], self.terminated[t], self.truncated[t], final[t],
+                        self.obs[t + 1])
+            for t in range(T)
+        ]
         self._state_columns, self._no_resets = states, torch.zeros(B * T, 1, dtype=torch.bool, device=self.device)
         self._time_index = torch.arange(T, device=self.device)
         # Truncated steps valued per collect without a fallback: every sub-env can reach
@@ -234,37 +267,56 @@ class Rollout:
         Column 0 is in place when it starts. Everything it touches lives at fixed
         addresses (the buffer's column views, the policy's parameters and normalizer
         statistics, a graph-safe env's state), which is what lets it replay as one CUDA
-        graph.
+        graph, and lets ``compile_steps`` run each step as one compiled program (the
+        same program for every column: its inputs are the column's views).
         """
-        T, env, stateful = self.horizon, self.env, self.stateful
+        T, stateful = self.horizon, self.stateful
+        if self.compiled_step is not None:  # a graph-safe env and a feedforward policy
+            # After this mode's first run, every call sees the views it was compiled for
+            # (the same shapes, dtypes and addresses, as a CUDA graph replay does): the
+            # per-call guard checks, half of a CPU T loop's time at B = 64, are skipped.
+            # (Only the guards telling the two modes apart run, once both exist.)
+            warm = deterministic in self._compiled_modes
+            with torch.compiler.set_stance(skip_guard_eval_unsafe=warm):
+                for t in range(T):
+                    self.compiled_step(self.columns[t], deterministic)
+            self._compiled_modes.add(deterministic)
+            return
         for t in range(T):
             if stateful and t > 0:
                 torch.logical_or(self.terminated[t - 1], self.truncated[t - 1], out=self.resets[t])
-            step = self.act_fn(self.obs[t], self.states[t], self.resets[t], deterministic=deterministic)
-            # Into the buffer before the env sees them: an env may modify its actions in
-            # place (a clamp_), and the buffer must keep what logp was computed for.
-            self.actions[t].copy_(step.actions)
-            self.logp[t].copy_(step.logp)
-            if step.values is not None:
-                self.values[t].copy_(step.values)
-            if stateful:
-                self.states[t + 1].copy_(step.state)
-            out = env.step(step.env_actions)
-            self.rewards[t].copy_(out.get(REWARDS))
-            self._copy_episode_ends(out, t)
-            self.obs[t + 1].copy_(out.get(OBS))
+            out = self.write_step(self.columns[t], deterministic)
+            for key, declared in self._episode_ends:
+                if not declared and key in out.keys():
+                    raise EnvOutputError(
+                        f"{type(self.env).__name__}.step() returned '{key}' at step {t} but not "
+                        "when validated; an env must return the same keys on every step"
+                    )
 
-    def _copy_episode_ends(self, out: Any, t: int) -> None:
-        for key, declared, cols in self._episode_ends:
-            if declared:
-                cols[t].copy_(out.get(key))
-            elif key in out.keys():
-                raise EnvOutputError(
-                    f"{type(self.env).__name__}.step() returned '{key}' at step {t} but not "
-                    "when validated; an env must return the same keys on every step"
-                )
+    def write_step(self, c: StepColumns, deterministic: bool) -> Any:
+        """One step of the T loop on column ``c``: act, step the env, write the outputs
+        into the column's views; returns the env's output."""
+        step = self.act_fn(c.obs, c.state, c.reset, deterministic=deterministic)
+        # Into the buffer before the env sees them: an env may modify its actions in
+        # place (a clamp_), and the buffer must keep what logp was computed for.
+        c.actions.copy_(step.actions)
+        c.logp.copy_(step.logp)
+        if step.values is not None:
+            c.values.copy_(step.values)
+        if self.stateful:
+            c.next_state.copy_(step.state)
+        out = self.env.step(step.env_actions)
+        c.rewards.copy_(out.get(REWARDS))
+        if self.terminates:
+            c.terminated.copy_(out.get(TERMINATED))
         if self.truncates:
-            self.final_obs[t].copy_(out.get(FINAL_OBS))
+            c.truncated.copy_(out.get(TRUNCATED))
+            c.final_obs.copy_(out.get(FINAL_OBS))
+        c.next_obs.copy_(out.get(OBS))
+        return out
+
+    def _write_step_only(self, c: StepColumns, deterministic: bool) -> None:
+        self.write_step(c, deterministic)
 
     # -- values ----------------------------------------------------------------------------
 

@@ -232,7 +232,8 @@ class MinibatchConfig(CommonConfig):
     #: and no split on CUDA. 0: never split.
     micro_batch_size: int | None = None
     #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
-    #: collect and the forward pass and losses of the update. The first collect and step
+    #: collect, and PPO's whole minibatch update as one program where it can
+    #: (:mod:`rlx.algorithms.fused`; else the update's forward pass and losses). The first collect and step
     #: pay for compiling (tens of seconds on a CPU); tensor observations only. Sampling
     #: draws from inductor's RNG, so runs differ from eager ones with the same seed.
     #: Combines with ``cudagraphs``: the captured update runs the compiled code.
