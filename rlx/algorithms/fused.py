@@ -22,6 +22,8 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value
 
+from rlx.core.compiling import compiled as compile_fn
+
 if TYPE_CHECKING:
     from rlx.algorithms.minibatches import Batch
     from rlx.algorithms.ppo import PPO
@@ -91,7 +93,7 @@ class FusedUpdate:
         device = self.params[0].device
         self.lr = torch.zeros((), device=device)
         self._state()  # the optimizer's state, made now if the optimizer has not stepped yet
-        self.fn = torch.compile(self._update, dynamic=False) if compiled else self._update
+        self.fn = compile_fn(self._update) if compiled else self._update
 
     def _state(self) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
         """The optimizer's ``step``, ``exp_avg`` and ``exp_avg_sq`` of each parameter,

@@ -24,6 +24,7 @@ from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
+from rlx.core.compiling import compiled
 from rlx.core.cuda_graphs import GraphedBatchCall
 from rlx.policy import EvalOutput, Obs
 from rlx.core.schedulers import Schedule
@@ -173,7 +174,8 @@ class PPO(Algorithm):
         # compiles the whole minibatch update as one program where it can (FusedUpdate),
         # else the forward pass and losses; ``cudagraphs`` captures the update (compiled
         # or not) in a CUDA graph.
-        self.loss_fn = torch.compile(self.losses, dynamic=self.members.compile_dynamic) if config.compile else self.losses
+        self.loss_fn = compiled(self.losses, dynamic=self.members.compile_dynamic) if config.compile else self.losses
+        self.kl_sum = compiled(self.kl_terms_sum, dynamic=None) if config.compile else self.kl_terms_sum
         #: Why ``compile`` does not fuse the whole update (``None``: it does, or no compile).
         self.fused_unsupported = fused_unsupported(self) if config.compile else None
         self.fused = FusedUpdate(self) if config.compile and self.fused_unsupported is None else None
@@ -203,7 +205,7 @@ class PPO(Algorithm):
             return RolloutFns(None, None, False)
         # A second shape (the last value pass) recompiles once with dynamic shapes, which
         # then serve every size. A graph-safe env's steps compile whole (acting included).
-        return RolloutFns(torch.compile(self.policy.act_step), torch.compile(self.policy.value_step), True)
+        return RolloutFns(compiled(self.policy.act_step, dynamic=None), compiled(self.policy.value_step, dynamic=None), True)
 
     def _minibatch_source(self) -> MinibatchSource:
         """The units the update shuffles and slices: single samples."""
@@ -341,12 +343,16 @@ class PPO(Algorithm):
         n = self.minibatches.num_units(self.num_envs, self.horizon)
         total = torch.zeros(self.members.lead, device=self.device)
         for lo in range(0, n, min(self._micro_units, n)):
-            part = {key: x[lo : lo + self._micro_units] for key, x in batch.items()}
-            logp, old_logp = self.minibatches.log_prob(self.policy, part)
-            log_ratio = (logp - old_logp).float()
-            total += self.members.sum(torch.expm1(log_ratio) - log_ratio)
+            total += self.kl_sum({key: x[lo : lo + self._micro_units] for key, x in batch.items()})
         per_member = n // self.num_seeds * self.minibatches.unit_samples
         return rdist.all_reduce_(total / per_member, "mean")
+
+    def kl_terms_sum(self, part: Batch) -> Tensor:
+        """``sum((r - 1) - log r)`` of each member over the samples of ``part`` (``kl_sum``
+        runs it, compiled with ``compile``)."""
+        logp, old_logp = self.minibatches.log_prob(self.policy, part)
+        log_ratio = (logp - old_logp).float()
+        return self.members.sum(torch.expm1(log_ratio) - log_ratio)
 
     def _epoch(self, batch: Batch, N: int, num_minibatches: int) -> Batch:
         """The batch in this epoch's order: one gather per epoch into contiguous memory,

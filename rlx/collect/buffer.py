@@ -29,13 +29,17 @@ resets                     ``[B, T+1, 1]`` bool collect: step ``t`` begins an ep
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 from tensordict import TensorDict
+from torch import Tensor
 from torchrl.data import TensorSpec
 
 from rlx.env import FINAL_OBS, OBS, REWARDS, TERMINATED, TRUNCATED
 
 __all__ = [
+    "StepColumns",
     "ACTIONS",
     "LOGP",
     "VALUES",
@@ -96,3 +100,21 @@ def make_buffer(
     if with_final_obs:
         entries[FINAL_OBS] = observation_spec.zero(shape).to(device)
     return TensorDict(entries, batch_size=shape, device=device)
+
+
+class StepColumns(NamedTuple):
+    """The buffer views one step of the T loop reads and writes (column ``t``, and
+    ``t + 1`` for what the step leads to)."""
+
+    obs: Tensor | TensorDict
+    state: Tensor
+    reset: Tensor
+    actions: Tensor
+    logp: Tensor
+    values: Tensor
+    next_state: Tensor
+    rewards: Tensor
+    terminated: Tensor
+    truncated: Tensor
+    final_obs: Tensor | TensorDict | None
+    next_obs: Tensor | TensorDict

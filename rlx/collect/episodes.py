@@ -105,3 +105,22 @@ def truncated_slots(truncated: Tensor, ranks: Tensor, horizon: int) -> tuple[Ten
     rows = torch.searchsorted(count, ranks).clamp_(max=N - 1)  # [K] flat row of each rank
     slot = torch.where(truncated & (count <= K), count - 1, K)  # [N]
     return rows // horizon, rows % horizon, slot, count[-1] > K
+
+
+def raise_first_nonfinite(checks: list[tuple[str, Tensor]], env_name: str) -> None:
+    """Raise naming the first non-finite entry of ``checks`` (``(key, [B, T, ...])``
+    pairs), its env and its step (an error path: syncs freely)."""
+    for name, x in checks:
+        bad = ~torch.isfinite(x)
+        if bad.any():
+            env_idx, step_idx = (int(i) for i in bad.nonzero()[0][:2])  # SYNC: error path
+            value = x[env_idx, step_idx].flatten()[bad[env_idx, step_idx].flatten()][0].item()  # SYNC: error path
+            if name.startswith(OBS):  # column t holds the observation after step t-1
+                where = "reset observation" if step_idx == 0 else f"step {step_idx - 1}"
+            else:
+                where = f"step {step_idx}"
+            raise ValueError(
+                f"non-finite value {value} in '{name}' from {env_name} "
+                f"at env {env_idx}, {where} of this collect"
+            )
+    raise ValueError("non-finite value in the rollout (on another rank)")

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import torch
 from tensordict import TensorDict
 from torch import Tensor
 
-from rlx.collect.buffer import ACTIONS, FINAL_VALUES, HIDDEN, LOGP, RESETS, VALUES, make_buffer
+from rlx.collect.buffer import ACTIONS, FINAL_VALUES, HIDDEN, LOGP, RESETS, VALUES, StepColumns, make_buffer
+from rlx.core.compiling import compiled
 from rlx.core.cuda_graphs import GraphedCall
 from rlx.env import (
     FINAL_OBS,
@@ -34,7 +35,7 @@ from rlx.env import (
     check_obs,
     check_step_output,
 )
-from rlx.collect.episodes import carry_episodes, episode_statistics, float_leaves, truncated_slots
+from rlx.collect.episodes import carry_episodes, episode_statistics, float_leaves, raise_first_nonfinite, truncated_slots
 from rlx.members.axis import Members
 from rlx.policy import Obs, PolicyBase, StepOutput, flatten_time
 from rlx.core.stats import Stats
@@ -48,24 +49,6 @@ VALUE_PASS_ROWS = 2048
 
 ActFn = Callable[..., StepOutput]
 ValueFn = Callable[[Obs, Tensor, Tensor], Tensor]
-
-
-class StepColumns(NamedTuple):
-    """The buffer views one step of the T loop reads and writes (column ``t``, and
-    ``t + 1`` for what the step leads to)."""
-
-    obs: Obs
-    state: Tensor
-    reset: Tensor
-    actions: Tensor
-    logp: Tensor
-    values: Tensor
-    next_state: Tensor
-    rewards: Tensor
-    terminated: Tensor
-    truncated: Tensor
-    final_obs: Obs | None
-    next_obs: Obs
 
 
 class Rollout:
@@ -105,7 +88,7 @@ class Rollout:
         self.value_fn = value_fn or policy.value_step
         self.graphed = graphed
         #: ``compile_steps``: :meth:`write_step` compiled (one program for every column).
-        self.compiled_step = torch.compile(self._write_step_only, dynamic=False) if compile_steps else None
+        self.compiled_step = compiled(self._write_step_only) if compile_steps else None
         self._compiled_modes: set[bool] = set()  # modes (deterministic or not) compiled so far
         self.buffer: TensorDict | None = None
         self.terminates = self.truncates = False
@@ -467,20 +450,7 @@ class Rollout:
         checks = [(REWARDS, self.buffer.get(REWARDS)[:, :T])]
         checks += float_leaves(self.buffer.get(OBS))
         checks += self._truncated_final_obs_leaves()
-        for name, x in checks:
-            bad = ~torch.isfinite(x)
-            if bad.any():
-                env_idx, step_idx = (int(i) for i in bad.nonzero()[0][:2])  # SYNC: error path
-                value = x[env_idx, step_idx].flatten()[bad[env_idx, step_idx].flatten()][0].item()  # SYNC: error path
-                if name.startswith(OBS):  # column t holds the observation after step t-1
-                    where = "reset observation" if step_idx == 0 else f"step {step_idx - 1}"
-                else:
-                    where = f"step {step_idx}"
-                raise ValueError(
-                    f"non-finite value {value} in '{name}' from {type(self.env).__name__} "
-                    f"at env {env_idx}, {where} of this collect"
-                )
-        raise ValueError("non-finite value in the rollout (on another rank)")
+        raise_first_nonfinite(checks, type(self.env).__name__)
 
     # -- state ---------------------------------------------------------------------------
 
