@@ -43,7 +43,11 @@ when the time runs out:
    with rl8's defaults (256x256 ReLU, whole-buffer minibatch, 4 epochs), as
    ``benchmarks/compare_rl8.py``, at B = 4096 and 65536, interleaved; a skip row naming
    ``pip install 'rlx[bench]'`` when rl8 is not installed.
-7. ``throughput`` with ``compile=True`` (PPO): last, because compiling costs tens of
+7. ``vs_jax``: ``benchmarks/vs_jax.py --device cuda`` at B = 4096, 65536 and 262144 with
+   4 and 64 minibatches, rlx with ``cudagraphs`` and with ``compile`` and ``cudagraphs``
+   against the whole-program JAX PPO (its rows in ``vs_jax_<device>.jsonl``); a skip row
+   naming ``pip install 'rlx[jax]'`` when JAX is missing.
+8. ``throughput`` with ``compile=True`` (PPO): last, because compiling costs tens of
    seconds per point; a point starts only with a minute of budget left.
 
 Every part runs inside a guard: an exception becomes a row with ``skipped`` (its type

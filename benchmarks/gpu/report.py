@@ -35,6 +35,9 @@ def row_line(row: dict[str, Any]) -> str:
         return f"{head}: {tests_line(row)}"
     if row["part"] == "rl8":
         return f"{head}: rlx/rl8 end to end " + ", ".join(f"{k[6:]} {v:.2f}x" for k, v in row.items() if k.startswith("ratio_"))
+    if row["part"] == "vs_jax":
+        return f"{head}: exit {row['returncode']}; " + ", ".join(
+            f"B={r['num_envs']} mb={r['minibatches']} {r['side']} {r['vs_jax']:.2f}x" for r in row["rows"] if r["side"] != "jax")
     return f"{head}: ok"
 
 

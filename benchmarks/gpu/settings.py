@@ -31,6 +31,7 @@ OPTIONAL = {
     "gymnasium": "its parity tests are not collected without it",
     "rl8": "the side-by-side part (pip install 'rlx[bench]')",
     "matplotlib": "rlx plot and its tests",
+    "jax": "the vs_jax part (pip install 'rlx[jax]')",
 }
 
 

@@ -7,8 +7,11 @@ import argparse
 import gc
 import importlib.metadata
 import importlib.util
+import json
 import platform
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any, Callable
@@ -55,6 +58,7 @@ class Suite:
         }
         out = Path(args.out) if args.out else DEFAULT_OUT
         out.mkdir(parents=True, exist_ok=True)
+        self.out = out
         stem = f"gpu_suite_{_slug(self.device_name)}" + ("_dry-run" if self.dry_run else "")
         self.jsonl = out / f"{stem}.jsonl"
         self.markdown = out / f"{stem}.md"
@@ -207,6 +211,30 @@ class Suite:
                          lambda: rl8_side_by_side(b, self.sizes.horizon, str(self.device), self.sizes.rl8_iters),
                          skip=skip)
 
+    def vs_jax(self) -> None:
+        """benchmarks/vs_jax.py on this device: rlx against the whole-program JAX PPO, each
+        setting a row (or one skip row naming what is missing)."""
+        skip = None
+        if importlib.util.find_spec("jax") is None:
+            skip = "jax is not installed: pip install 'rlx[jax]' (jax, flax, optax) for the side by side"
+        elif self.dry_run:
+            skip = "vs_jax is skipped in a dry run (compiling takes minutes on a CPU)"
+        elif not self.cuda and not self.device_problem:
+            skip = "needs CUDA (on a CPU: python benchmarks/vs_jax.py)"
+
+        def measure() -> dict[str, Any]:
+            out = self.out / f"vs_jax_{_slug(self.device_name)}.jsonl"
+            before = out.read_text().count("\n") if out.exists() else 0
+            cmd = [sys.executable, str(ROOT / "benchmarks" / "vs_jax.py"), "--device", str(self.device),
+                   "--num-envs", "4096", "65536", "262144", "--minibatches", "4", "64",
+                   "--modes", "cudagraphs", "compile+cudagraphs", "--rounds", "2", "--out", str(out)]
+            proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=max(1.0, self.remaining()))
+            rows = [json.loads(line) for line in out.read_text().splitlines()[before:]] if out.exists() else []
+            return {"returncode": proc.returncode, "rows": rows, "tail": proc.stdout[-2000:] + proc.stderr[-1000:],
+                    "command": " ".join(cmd)}
+
+        self.guarded("vs_jax", "CartPole", "ppo", "rlx_vs_jax", 0, measure, skip=skip)
+
     def run(self) -> None:
         """Every part, in priority order (see the docstring of benchmarks/gpu_suite.py)."""
         self.preflight()
@@ -215,6 +243,7 @@ class Suite:
         self.throughput(("eager", "cudagraphs"))
         self.solve()
         self.rl8()
+        self.vs_jax()
         self.throughput(("compile",))
 
 

@@ -150,6 +150,11 @@ class Algorithm(ABC):
         return False
 
     @property
+    def compiles(self) -> bool:
+        """Whether collect and the update run compiled programs (PPO's ``compile``)."""
+        return False
+
+    @property
     def needs_tensor_lr(self) -> bool:
         """Whether the optimizer's learning rate is a device tensor, written in place."""
         return self.uses_cuda_graphs

@@ -43,8 +43,8 @@ def fused_unsupported(algo: PPO) -> str | None:
         return "Adam with weight_decay (AdamW's decoupled decay is supported)"
     if algo.members.size != 1:
         return f"num_seeds={algo.members.size} (one member)"
-    if cfg.enable_amp:
-        return "enable_amp"
+    if algo.grad_scaler.is_enabled():
+        return "enable_amp with float16 (its GradScaler; bf16 autocast is fused)"
     if cfg.accumulate_grads:
         return "accumulate_grads"
     if algo.kl_stop is not None:

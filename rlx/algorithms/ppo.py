@@ -195,6 +195,10 @@ class PPO(Algorithm):
         return self.config.cudagraphs
 
     @property
+    def compiles(self) -> bool:
+        return self.config.compile
+
+    @property
     def needs_tensor_lr(self) -> bool:
         # The KL early stop gates the LR on the device (Members.gates_lr).
         kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr

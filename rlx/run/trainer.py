@@ -387,8 +387,15 @@ class Trainer:
         algo, cfg = self.algorithm, self.config
         if self.cpu_threads is not None:
             self.cpu_threads.update()
+        # The first iteration of a compiled algorithm compiles its programs: say so, and
+        # how long it took (inductor's on-disk cache makes a later run's much shorter).
+        compiling = algo.compiles and self.iteration == self._session_start[1] and self.is_writer and cfg.progress
+        if compiling:
+            print("compiling... (compile=True: the first collect and step compile their programs)", flush=True)
         start = time.perf_counter()
         metrics = {**algo.collect(), **algo.step()}
+        if compiling:
+            print(f"compiled: the first iteration took {time.perf_counter() - start:.1f} s", flush=True)
         self.iteration += 1
         if cfg.eval_every and self.iteration % cfg.eval_every == 0 and self.is_writer:
             metrics.update(self.evaluate())

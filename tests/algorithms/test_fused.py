@@ -31,6 +31,7 @@ CASES = {
     "adaptive_lr": (AlgorithmConfig, Pendulum, dict(kl_adaptive_lr=True, target_kl_div=0.01)),
     "whole_batch": (AlgorithmConfig, CartPole, dict(sgd_minibatch_size=None)),
     "a2c": (A2CConfig, CartPole, {}),
+    "bf16_amp": (AlgorithmConfig, CartPole, dict(enable_amp=True)),
 }
 
 
@@ -45,15 +46,15 @@ def _pair(name: str):
     return eager, fused
 
 
-def _close(eager, fused) -> None:
+def _close(eager, fused, tol: float = 1e-3) -> None:
     lr = eager.lr
     for (name, a), b in zip(eager.policy.model.named_parameters(), fused.policy.model.parameters()):
-        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-3 * lr, msg=lambda m, name=name: f"{name}: {m}")
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=tol * lr, msg=lambda m, name=name: f"{name}: {m}")
     for a, b in zip(eager.policy.model.parameters(), fused.policy.model.parameters()):
         sa, sb = eager.optimizer.state[a], fused.optimizer.state[b]
         assert float(sa["step"]) == float(sb["step"])
         for key in ("exp_avg", "exp_avg_sq"):
-            torch.testing.assert_close(sb[key], sa[key], rtol=1e-3, atol=1e-3 * float(sa[key].abs().max()))
+            torch.testing.assert_close(sb[key], sa[key], rtol=tol, atol=tol * float(sa[key].abs().max()))
 
 
 @pytest.mark.parametrize("name", list(CASES))
@@ -66,9 +67,12 @@ def test_fused_update_equals_the_eager_update_on_the_same_data(name: str) -> Non
             torch.manual_seed(7)  # one global RNG: the same draws for both collects
             algo.collect()
             stats.append(algo.step())
-        _close(eager, fused)
+        # bf16 autocast: the program keeps float32 between the ops it fuses, where eager
+        # rounds every op's output to bf16 (8 mantissa bits): steps agree to 5% of lr.
+        tol = 5e-2 if name == "bf16_amp" else 1e-3
+        _close(eager, fused, tol)
         for key in ("losses/total", "losses/policy", "losses/vf", "monitors/kl_div"):
-            assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-3, abs=1e-6), key
+            assert stats[1][key] == pytest.approx(stats[0][key], rel=tol, abs=1e-6), key
         assert stats[1]["monitors/lr"] == stats[0]["monitors/lr"]
 
 

@@ -116,6 +116,8 @@ def test_every_part_of_the_suite_appears(dry_run: dict[str, Any]) -> None:
     (rl8,) = _rows(dry_run, part="rl8")
     if "skipped" in rl8:
         assert "pip install 'rlx[bench]'" in rl8["skipped"]
+    (vs_jax,) = _rows(dry_run, part="vs_jax")
+    assert "rlx[jax]" in vs_jax["skipped"] or "dry run" in vs_jax["skipped"]
 
 
 def test_markdown_report_and_summary_name_each_env_and_goal(dry_run: dict[str, Any]) -> None:
