@@ -140,6 +140,8 @@ class Algorithm(ABC):
         self._buffered = False
         self._force_reset = True  # the first collect (and one after a lossy resume) resets
         self._scaled_rewards = torch.zeros(self.num_envs, self.horizon, 1, device=self.device)
+        #: Parameter groups whose gradients are clipped apart (``None``: all as one).
+        self.clip_groups: list[list[torch.nn.Parameter]] | None = None
 
     # -- construction hooks --------------------------------------------------------------
 
@@ -290,7 +292,8 @@ class Algorithm(ABC):
         member apart (:meth:`rlx.members.Members.optimizer_step`)."""
         lr = (self._lr_tensor, self._lr_applied) if self._lr_tensor is not None else None
         self.members.optimizer_step(self.optimizer, params, max_grad_norm=self.config.max_grad_norm,
-                                    grad_scaler=self.grad_scaler, gate=gate, running=running, lr=lr)
+                                    grad_scaler=self.grad_scaler, gate=gate, running=running, lr=lr,
+                                    clip_groups=self.clip_groups)
 
     def _check_buffered(self) -> None:
         if not self._buffered:

@@ -90,6 +90,10 @@ class FusedUpdate:
         self.eps = float(group["eps"])
         self.decay = float(group["weight_decay"]) if type(self.optimizer) is torch.optim.AdamW else 0.0
         self.max_grad_norm = algo.config.max_grad_norm
+        # Indices of the parameters clipped together: all, or the actor's and the critic's.
+        index = {id(p): i for i, p in enumerate(self.params)}
+        groups = algo.clip_groups or [self.params]
+        self.clip_groups = [[index[id(p)] for p in group] for group in groups]
         device = self.params[0].device
         self.lr = torch.zeros((), device=device)
         self._state()  # the optimizer's state, made now if the optimizer has not stepped yet
@@ -127,9 +131,12 @@ class FusedUpdate:
         detached = [p.detach() for p in params]
         grads, (_, terms) = grad_and_value(loss, has_aux=True)(detached)
         if self.max_grad_norm is not None:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads]))
-            coef = torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0)
-            grads = [g * coef for g in grads]
+            grads = list(grads)
+            for group in self.clip_groups:  # torch's clip_grad_norm_ rule, per group
+                norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(grads[i]) for i in group]))
+                coef = torch.clamp(self.max_grad_norm / (norm + 1e-6), max=1.0)
+                for i in group:
+                    grads[i] = grads[i] * coef
         b1, b2 = self.beta1, self.beta2
         with torch.no_grad():
             for p, g, step, m, v in zip(params, grads, steps, exp_avgs, exp_avg_sqs):

@@ -44,41 +44,13 @@ from rlx.env import OBS
 from rlx.core.natural_gradient import conjugate_gradient, gauss_newton_fvp, kl_hessian_fvp, row_dot
 from rlx.policy import Obs
 from rlx.core.stats import Stats
+from rlx.models import split_actor_critic
 
 if TYPE_CHECKING:
     from rlx.config import NPGConfig
     from rlx.env import EnvFactory
 
 __all__ = ["NPG", "split_actor_critic"]
-
-
-def split_actor_critic(model: nn.Module, sample_obs: Obs) -> tuple[list[nn.Parameter], list[nn.Parameter]]:
-    """The model's actor and critic parameters, which must not overlap.
-
-    Uses ``actor_parameters()`` / ``critic_parameters()`` when the model has them, and
-    otherwise asks autograd which parameters each output depends on.
-
-    Raises:
-        ValueError: a parameter feeds both the distribution and the value (a shared
-            trunk): a natural step on it would also move the critic.
-    """
-    if callable(getattr(model, "actor_parameters", None)) and callable(getattr(model, "critic_parameters", None)):
-        actor, critic = list(model.actor_parameters()), list(model.critic_parameters())
-    else:
-        params = [p for p in model.parameters() if p.requires_grad]
-        dist_params, values = model(sample_obs)
-        actor_grads = torch.autograd.grad(dist_params.sum(), params, allow_unused=True, retain_graph=True)
-        critic_grads = torch.autograd.grad(values.sum(), params, allow_unused=True)
-        actor = [p for p, g in zip(params, actor_grads) if g is not None]
-        critic = [p for p, g in zip(params, critic_grads) if g is not None]
-    shared = {id(p) for p in actor} & {id(p) for p in critic}
-    if shared:
-        names = [n for n, p in model.named_parameters() if id(p) in shared]
-        raise ValueError(
-            f"model: NPG needs separate actor and critic parameters, but {names} feed both; "
-            "use separate networks (the default model does)"
-        )
-    return actor, critic
 
 
 class _ActorView(nn.Module):

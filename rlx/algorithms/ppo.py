@@ -20,6 +20,8 @@ from torch import Tensor
 from rlx.core import distributed as rdist
 from rlx.core._sync import allowed_sync
 from rlx.algorithms.base import Algorithm, RolloutFns
+from rlx.core.config_fields import ConfigError
+from rlx.models import split_actor_critic
 from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
@@ -160,6 +162,8 @@ class PPO(Algorithm):
         self._micro_units = self._micro_batch_units()
         self._epoch_batch: dict[str, Tensor] = {}
         self._update_params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        if config.clip_grad_per_network:
+            self.clip_groups = self._actor_and_critic()
         self.kl_stop = None
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
             self.kl_stop = KLEarlyStop(config.target_kl_div, self.device, self.members.lead)
@@ -210,6 +214,19 @@ class PPO(Algorithm):
         # A second shape (the last value pass) recompiles once with dynamic shapes, which
         # then serve every size. A graph-safe env's steps compile whole (acting included).
         return RolloutFns(compiled(self.policy.act_step, dynamic=None), compiled(self.policy.value_step, dynamic=None), True)
+
+    def _actor_and_critic(self) -> list[list[torch.nn.Parameter]]:
+        """The actor's and the critic's parameters (``clip_grad_per_network``)."""
+        # Zeros, whole members: autograd finds which outputs a parameter feeds without
+        # drawing from the RNG (a run's data must not depend on this option's probe).
+        sample = self.env.observation_spec.zero((2 * self.num_seeds,)).to(self.device)
+        try:
+            actor, critic = split_actor_critic(self.policy.model, self.policy.normalize(sample),
+                                               needed_by="clip_grad_per_network")
+        except ValueError as e:
+            raise ConfigError(f"{type(self.config).__name__}.{e}") from e
+        trained = {id(p) for p in self._update_params}
+        return [[p for p in actor if id(p) in trained], [p for p in critic if id(p) in trained]]
 
     def _minibatch_source(self) -> MinibatchSource:
         """The units the update shuffles and slices: single samples."""

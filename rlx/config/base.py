@@ -231,6 +231,10 @@ class MinibatchConfig(CommonConfig):
     #: cache, 1.5-2x slower measured; much smaller ones repeat the per-pass dispatch),
     #: and no split on CUDA. 0: never split.
     micro_batch_size: int | None = None
+    #: Clip the actor's and the critic's gradients each to ``max_grad_norm`` (rsl_rl's
+    #: rule), rather than their joint norm: a large critic gradient then no longer
+    #: shrinks the actor's step. Needs a model with separate actor and critic parameters.
+    clip_grad_per_network: bool = False
     #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
     #: collect, and PPO's whole minibatch update as one program where it can
     #: (:mod:`rlx.algorithms.fused`; else the update's forward pass and losses). The first collect and step
@@ -252,7 +256,7 @@ class MinibatchConfig(CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("shuffle_minibatches", "cudagraphs", "compile"):
+        for field in ("shuffle_minibatches", "cudagraphs", "compile", "clip_grad_per_network"):
             check_bool(self, field)
         check_float(self, "entropy_coeff", low=0.0)
         if self.entropy_coeff_schedule is not None:

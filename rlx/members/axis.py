@@ -264,6 +264,7 @@ class Members:
         gate: Tensor | None = None,
         running: Tensor | None = None,
         lr: tuple[Tensor, Tensor] | None = None,
+        clip_groups: Sequence[Sequence[Tensor]] | None = None,
     ) -> None:
         """Average gradients over ranks, clip each member's, step, clear the gradients.
 
@@ -274,6 +275,8 @@ class Members:
                 state advances (a single run stops at the end of that epoch).
             lr: ``(base, applied)`` tensor learning rates of a single run: the step
                 applies ``base * gate`` (what a captured update reads).
+            clip_groups: Parameter groups clipped to ``max_grad_norm`` each (the actor's
+                and the critic's); ``None``: ``params`` as one.
         """
         rdist.all_reduce_grads_(params)  # data parallel: the gradient of the global batch
         if self.size == 1:
@@ -281,13 +284,15 @@ class Members:
                 torch.mul(lr[0], gate, out=lr[1])
             if max_grad_norm is not None:
                 grad_scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(params, max_grad_norm, foreach=True)
+                for group in clip_groups or (params,):
+                    torch.nn.utils.clip_grad_norm_(group, max_grad_norm, foreach=True)
             grad_scaler.step(optimizer)
             grad_scaler.update()
             optimizer.zero_grad(set_to_none=True)
             return
         if max_grad_norm is not None:
-            norms = clip_grad_norm_per_seed_(params, max_grad_norm, self.size)
+            norms = torch.stack([clip_grad_norm_per_seed_(group, max_grad_norm, self.size)
+                                 for group in clip_groups or (params,)]).sum(0)
         else:
             norms = grad_norms_per_seed([p.grad for p in params if p.grad is not None], self.size)
         self.alive &= torch.isfinite(norms)
