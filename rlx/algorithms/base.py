@@ -18,6 +18,7 @@ from torch import Tensor
 
 from rlx.core import distributed as rdist
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, FINAL_VALUES, LOGP, RETURNS, VALUES
+from rlx.core.precision import apply_matmul_precision
 from rlx.core.config_fields import ConfigError
 from rlx.env import OBS, REWARDS, TERMINATED, TRUNCATED, check_device_available, check_env_limits, env_is_graph_safe, env_record
 from rlx.core.gae import generalized_advantage_estimate_
@@ -80,6 +81,7 @@ class Algorithm(ABC):
             )
         if config.seed is not None:
             torch.manual_seed(config.seed + self.rank)  # one seed stream per rank
+        apply_matmul_precision(config.matmul_precision)  # process-wide, as torch keeps it
         # num_seeds = S members: S * B sub-envs, rows i*B:(i+1)*B for member i (rlx.members).
         self.num_seeds = config.num_seeds
         self.members = Members(self.num_seeds, self.device)

