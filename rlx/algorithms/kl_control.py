@@ -93,3 +93,13 @@ def adapted_lr(lr: float, kl: float, target: float, bounds: tuple[float, float])
         lr *= 1.5
     low, high = bounds
     return min(max(lr, low), high)
+
+
+def adapt_lr_(lr: Tensor, kl: Tensor, target: float, bounds: tuple[float, float]) -> Tensor:
+    """rsl_rl's rule on the device, in place: ``lr / 1.5`` when ``kl > 2 target``,
+    ``lr * 1.5`` when ``0 < kl < target / 2``, clamped to ``bounds`` (no host sync).
+    What ``kl_adaptive_lr_per_minibatch`` applies before every optimizer step."""
+    low, high = bounds
+    lowered = torch.where(kl > 2.0 * target, lr / 1.5, lr)
+    raised = torch.where((kl < 0.5 * target) & (kl > 0.0), lr * 1.5, lowered)
+    return lr.copy_(raised.clamp(low, high))

@@ -23,7 +23,7 @@ from rlx.algorithms.base import Algorithm, RolloutFns
 from rlx.core.config_fields import ConfigError
 from rlx.models import split_actor_critic
 from rlx.algorithms.fused import FusedUpdate, fused_unsupported
-from rlx.algorithms.kl_control import KLEarlyStop, adapted_lr
+from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.core.compiling import compiled
@@ -206,7 +206,7 @@ class PPO(Algorithm):
     def needs_tensor_lr(self) -> bool:
         # The KL early stop gates the LR on the device (Members.gates_lr).
         kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr
-        return self.config.cudagraphs or (kl_stop and self.members.gates_lr)
+        return self.config.cudagraphs or (kl_stop and self.members.gates_lr) or self.config.kl_adaptive_lr_per_minibatch
 
     def _rollout_fns(self) -> RolloutFns:
         if not self.config.compile:
@@ -277,7 +277,9 @@ class PPO(Algorithm):
         self.entropy_coeff.fill_(self._entropy_coeff_value)
         host = stats.to_host()  # SYNC: the stats of step()
         member_lrs = self.members.learning_rates(lr)
-        if cfg.kl_adaptive_lr:  # each member on the KL its update reached, already on the host
+        if cfg.kl_adaptive_lr_per_minibatch:  # the LR its last minibatch left, on the host
+            self._set_lr(host["monitors/lr"])
+        elif cfg.kl_adaptive_lr:  # each member on the KL its update reached, already on the host
             kls = self.members.host_values(host, "monitors/kl_div")
             adapted = [adapted_lr(m_lr, kl, cfg.target_kl_div, cfg.kl_adaptive_lr_bounds) for m_lr, kl in zip(member_lrs, kls)]
             self._set_lr(self.members.set_learning_rates(lr, adapted))
@@ -419,6 +421,10 @@ class PPO(Algorithm):
         assert stats is not None
         if step:
             gate = running = None
+            if self.config.kl_adaptive_lr_per_minibatch:  # rsl_rl's rule, before this step
+                cfg = self.config
+                kl = rdist.all_reduce_(stats[self._kl_index].clone(), "mean")
+                self._lr_applied.copy_(adapt_lr_(self._lr_tensor, kl, cfg.target_kl_div, cfg.kl_adaptive_lr_bounds))
             if self.kl_stop is not None:
                 kl = stats[self._kl_index] * weight + (kl_so_far if kl_so_far is not None else 0.0)
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike

@@ -82,11 +82,21 @@ class AlgorithmConfig(MinibatchConfig):
     kl_adaptive_lr: bool = False
     #: ``(min_lr, max_lr)`` for ``kl_adaptive_lr``.
     kl_adaptive_lr_bounds: tuple[float, float] = (1e-5, 1e-2)
+    #: With ``kl_adaptive_lr``: apply the rule before every optimizer step, to the KL of
+    #: the minibatch about to be stepped on (rsl_rl's placement; on the device, no sync),
+    #: rather than once after each ``step()``: an update whose KL runs away at a high LR
+    #: is slowed within it. One member; not with ``accumulate_grads``.
+    kl_adaptive_lr_per_minibatch: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("accumulate_grads", "kl_adaptive_lr"):
+        for field in ("accumulate_grads", "kl_adaptive_lr", "kl_adaptive_lr_per_minibatch"):
             check_bool(self, field)
+        if self.kl_adaptive_lr_per_minibatch:
+            if not self.kl_adaptive_lr:
+                fail(self, "kl_adaptive_lr_per_minibatch", "needs kl_adaptive_lr=True")
+            if self.num_seeds > 1 or self.accumulate_grads:
+                fail(self, "kl_adaptive_lr_per_minibatch", "is not supported with num_seeds > 1 or accumulate_grads yet")
         check_int(self, "num_sgd_iters")
         check_float(self, "clip_param", low=0.0, low_open=True)
         check_float(self, "vf_clip_param", low=0.0, low_open=True, allow_none=True)
@@ -135,9 +145,10 @@ class A2CConfig(MinibatchConfig):
     accumulate_grads: ClassVar[bool] = False
     target_kl_div: ClassVar[float | None] = None
     kl_adaptive_lr: ClassVar[bool] = False
+    kl_adaptive_lr_per_minibatch: ClassVar[bool] = False
     foreign_fields: ClassVar[dict[str, str]] = dict.fromkeys(
         ("clip_param", "vf_clip_param", "dual_clip_param", "num_sgd_iters", "accumulate_grads",
-         "target_kl_div", "kl_adaptive_lr", "kl_adaptive_lr_bounds"),
+         "target_kl_div", "kl_adaptive_lr", "kl_adaptive_lr_bounds", "kl_adaptive_lr_per_minibatch"),
         _A2C_HAS_NO,
     )
 

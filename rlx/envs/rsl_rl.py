@@ -105,7 +105,13 @@ class RslRlVecEnv(Env):
             groups = {k: obs.get(k) for k in obs.keys()}
         else:
             groups = {POLICY: obs, **dict((extras or {}).get("observations") or {})}
-        return TensorDict({k: v.float() for k, v in sorted(groups.items())}, batch_size=[self.num_envs], device=self.device)
+        rows = next(iter(groups.values())).shape[0]  # num_envs, or a deployed policy's batch
+        return TensorDict({k: v.float() for k, v in sorted(groups.items())}, batch_size=[rows], device=self.device)
+
+    def groups(self, observations: Any) -> TensorDict:
+        """What ``get_observations()`` returns (either form) as this env's observation: a
+        TensorDict of groups, float32, on the device (for a policy's deployment)."""
+        return self._groups(*_split(observations))
 
     def reset(self, *, config: dict[str, Any] | None = None) -> TensorDict:
         if callable(getattr(self.vec_env, "reset", None)):

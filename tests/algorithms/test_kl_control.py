@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch.testing import assert_close
 
-from rlx import AlgorithmConfig, RecurrentAlgorithmConfig
+from rlx import AlgorithmConfig, ConfigError, RecurrentAlgorithmConfig
 from rlx.algorithms.kl_control import EARLY_STOP_FACTOR, KLEarlyStop, adapted_lr
 from rlx.collect.buffer import ACTIONS, LOGP
 from rlx.env import OBS
@@ -233,3 +233,46 @@ def test_a_resume_keeps_the_early_stop_lr_tensor_live_in_the_optimizer() -> None
     got = [resumed.collect(), resumed.step()]
     for e, g in zip(expected, got):
         assert {k: v for k, v in e.items() if "profiling" not in k} == {k: v for k, v in g.items() if "profiling" not in k}
+
+
+# -- the adaptive rule per minibatch (rsl_rl's placement) -------------------------------------
+
+
+@pytest.mark.parametrize("env_name", ["CartPole", "Pendulum"])
+def test_the_per_minibatch_rule_sets_each_steps_lr_from_that_minibatchs_kl(env_name: str) -> None:
+    """Each optimizer step runs at the LR the rule gives from the previous one's LR and
+    the KL of the minibatch it steps on (measured before the step), as rsl_rl does."""
+    import rlx.envs
+    from rlx.algorithms.kl_control import adapted_lr
+
+    target, bounds = 0.002, (1e-4, 2e-2)
+    algo = AlgorithmConfig(num_envs=32, horizon=32, device="cpu", seed=0, sgd_minibatch_size=128, num_sgd_iters=3,
+                           optimizer_config={"lr": 3e-3}, kl_adaptive_lr=True, target_kl_div=target,
+                           kl_adaptive_lr_bounds=bounds, kl_adaptive_lr_per_minibatch=True,
+                           model_config={"hiddens": [32, 32]}).build(getattr(rlx.envs, env_name))
+    for _ in range(2):
+        kls, lrs = [], []
+        losses = algo.loss_fn
+        algo.loss_fn = lambda mb: (out := losses(mb), kls.append(float(out.kl)))[0]
+        hook = algo.optimizer.register_step_pre_hook(lambda opt, a, k: lrs.append(float(opt.param_groups[0]["lr"])))
+        lr = algo.lr
+        algo.collect()
+        stats = algo.step()
+        hook.remove()
+        algo.loss_fn = losses
+        assert len(kls) == len(lrs) == 3 * 8
+        expected = []
+        for kl in kls:  # rsl_rl's rule: raise only on a positive KL
+            lr = adapted_lr(lr, kl, target, bounds) if (kl > 2 * target or 0.0 < kl < 0.5 * target) else lr
+            expected.append(lr)
+        assert lrs == pytest.approx(expected, rel=1e-6)
+        assert stats["monitors/lr"] == pytest.approx(expected[-1], rel=1e-6) and algo.lr == pytest.approx(expected[-1], rel=1e-6)
+        assert len(set(round(x, 9) for x in lrs)) > 1  # it did move within the update
+
+
+def test_the_per_minibatch_rule_needs_the_adaptive_lr() -> None:
+    with pytest.raises(ConfigError, match="kl_adaptive_lr_per_minibatch: needs kl_adaptive_lr=True"):
+        AlgorithmConfig(num_envs=8, horizon=8, device="cpu", kl_adaptive_lr_per_minibatch=True)
+    with pytest.raises(ConfigError, match="kl_adaptive_lr_per_minibatch: is not supported with num_seeds > 1"):
+        AlgorithmConfig(num_envs=8, horizon=8, device="cpu", kl_adaptive_lr=True, target_kl_div=0.01,
+                        kl_adaptive_lr_per_minibatch=True, num_seeds=2)

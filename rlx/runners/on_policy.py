@@ -1,0 +1,166 @@
+"""``OnPolicyRunner``: rsl_rl's runner calls, trained by rlx.
+
+An Isaac Lab, mjlab or Genesis training script switches by changing one import::
+
+    from rlx.runners import OnPolicyRunner   # was: from rsl_rl.runners import OnPolicyRunner
+
+    runner = OnPolicyRunner(env, agent_cfg.to_dict(), log_dir=log_dir, device=agent_cfg.device)
+    runner.learn(num_learning_iterations=agent_cfg.max_iterations, init_at_random_ep_len=True)
+
+``env`` is the script's rsl_rl ``VecEnv``; ``train_cfg`` its dict
+(:func:`~rlx.runners.rsl_rl_cfg.algorithm_config_from_rsl_rl` maps it). ``learn``,
+``save``, ``load``, ``get_inference_policy``, ``export_policy_to_jit`` and
+``export_policy_to_onnx`` take rsl_rl's arguments. Checkpoints are rlx's (algorithm
+state, iteration, the ``train_cfg``), written atomically as ``model_<it>.pt`` in
+``log_dir`` every ``save_interval`` iterations and at the end; TensorBoard events go to
+``log_dir`` when ``logger`` is ``"tensorboard"`` (the default).
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from tensordict import TensorDictBase
+from torch import Tensor
+
+from rlx import __version__
+from rlx.config import ConfigError
+from rlx.envs.rsl_rl import RslRlVecEnv
+from rlx.run.checkpoint import load_checkpoint, save_checkpoint_atomic
+from rlx.runners.rsl_rl_cfg import algorithm_config_from_rsl_rl
+
+__all__ = ["OnPolicyRunner"]
+
+#: The ``format`` of a runner checkpoint.
+RUNNER_CHECKPOINT = "rlx-on-policy-runner-1"
+
+
+class OnPolicyRunner:
+    """rsl_rl's ``OnPolicyRunner`` interface over an rlx PPO (module docstring).
+
+    Attributes:
+        alg: The rlx algorithm (``alg.policy``, ``alg.optimizer``, ...).
+        current_learning_iteration: Iterations trained so far (rsl_rl's counter).
+    """
+
+    def __init__(self, env: Any, train_cfg: dict[str, Any], log_dir: str | None = None, device: str = "cpu") -> None:
+        self.env, self.cfg, self.device = env, copy.deepcopy(dict(train_cfg)), str(device)
+        self.log_dir = Path(log_dir) if log_dir is not None else None
+        logger = self.cfg.get("logger", "tensorboard")
+        logger = logger.get("class_name") if isinstance(logger, dict) else logger
+        if logger not in (None, "tensorboard", "TensorboardLogWriter"):
+            raise ConfigError(f"train_cfg['logger']: {logger!r} is not supported yet (tensorboard is)")
+        self.config = algorithm_config_from_rsl_rl(self.cfg, env.num_envs, self.device)
+        self.alg = self.config.build(RslRlVecEnv.factory(lambda num_envs, device: env))
+        self.save_interval = int(self.cfg.get("save_interval", 50))
+        self.current_learning_iteration = 0
+        self._writer = None
+        if self.log_dir is not None and logger is not None:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # tensorboard is an optional extra
+                SummaryWriter = None
+            if SummaryWriter is not None:
+                self._writer = SummaryWriter(str(self.log_dir))
+
+    def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> None:
+        """Train ``num_learning_iterations`` iterations (collect, then update) from where
+        the runner is; ``init_at_random_ep_len`` spreads the envs' episode clocks first
+        (rsl_rl's exploration trick), then resets the collect on them."""
+        if init_at_random_ep_len:
+            buf = self.env.episode_length_buf
+            self.env.episode_length_buf = torch.randint_like(buf, high=int(self.env.max_episode_length))
+        end = self.current_learning_iteration + int(num_learning_iterations)
+        while self.current_learning_iteration < end:
+            start = time.perf_counter()
+            stats = {**self.alg.collect(), **self.alg.step()}
+            self.current_learning_iteration += 1
+            it = self.current_learning_iteration
+            self._log(it, stats, time.perf_counter() - start)
+            if self.log_dir is not None and self.save_interval and it % self.save_interval == 0:
+                self.save(str(self.log_dir / f"model_{it}.pt"))
+        if self.log_dir is not None:
+            self.save(str(self.log_dir / f"model_{self.current_learning_iteration}.pt"))
+            if self._writer is not None:
+                self._writer.flush()
+
+    def _log(self, it: int, stats: dict[str, float], seconds: float) -> None:
+        if self._writer is not None:
+            for key, value in stats.items():
+                if isinstance(value, float) and math.isfinite(value):
+                    self._writer.add_scalar(key, value, it)
+        ret = stats.get("episodes/return_mean", math.nan)
+        print(f"rlx OnPolicyRunner: iteration {it} | env steps {self.alg.env_steps:,} | {seconds:.2f} s | "
+              f"return {ret:.2f} | lr {stats.get('monitors/lr', math.nan):.2e}", flush=True)
+
+    def save(self, path: str, infos: dict[str, Any] | None = None) -> None:
+        """Write the algorithm's whole state, the iteration and ``train_cfg`` to ``path``
+        (atomically)."""
+        payload = {"format": RUNNER_CHECKPOINT, "rlx_version": __version__, "algorithm": self.alg.state_dict(),
+                   "iter": self.current_learning_iteration, "infos": infos, "train_cfg": self.cfg}
+        save_checkpoint_atomic(payload, path)
+
+    def load(self, path: str, load_cfg: dict[str, Any] | None = None, strict: bool = True,
+             map_location: str | None = None) -> dict[str, Any] | None:
+        """Restore what :meth:`save` wrote (the next :meth:`learn` continues exactly);
+        returns its ``infos``. ``load_cfg``, ``strict`` and ``map_location`` are rsl_rl's
+        arguments: rlx always loads everything, strictly, onto the runner's device."""
+        state = load_checkpoint(path)
+        if state.get("format") != RUNNER_CHECKPOINT:
+            raise ValueError(f"{path}: not an rlx OnPolicyRunner checkpoint (format {state.get('format')!r})")
+        self.alg.load_state_dict(state["algorithm"])
+        self.current_learning_iteration = int(state["iter"])
+        return state.get("infos")
+
+    def get_inference_policy(self, device: str | None = None) -> Callable[[TensorDictBase], Tensor]:
+        """``policy(obs) -> actions``: the deterministic policy on the VecEnv's
+        observations (its TensorDict of groups)."""
+        policy = self.alg.policy if device is None else self.alg.policy.to(device)
+        groups = self.alg.env.groups
+
+        def act(obs: TensorDictBase) -> Tensor:
+            with torch.no_grad():
+                return policy.act(groups(obs), deterministic=True).env_actions
+
+        return act
+
+    def export_policy_to_jit(self, path: str, filename: str = "policy.pt") -> None:
+        """TorchScript of the deterministic policy, taking the actor group's tensor."""
+        self._export(Path(path) / filename, "jit")
+
+    def export_policy_to_onnx(self, path: str, filename: str = "policy.onnx", verbose: bool = False) -> None:
+        """ONNX of the deterministic policy (``pip install 'rlx[onnx]'``): one input per
+        observation group the actor reads, in sorted order."""
+        self._export(Path(path) / filename, "onnx")
+
+    def _export(self, out: Path, kind: str) -> None:
+        from rlx.run.export import DeployedPolicy, export_onnx
+
+        out.parent.mkdir(parents=True, exist_ok=True)
+        if kind == "onnx":
+            export_onnx(self.alg.policy, out)
+            return
+        keys = self.alg.policy.actor_obs_keys or []
+        if len(keys) != 1:
+            raise ValueError(f"export_policy_to_jit: the actor reads {keys}; TorchScript export takes one group")
+        module = _OneGroup(DeployedPolicy(copy.deepcopy(self.alg.policy).cpu(), deterministic=True), keys[0])
+        example = self.alg.policy.observation_spec[keys[0]].zero((2,)).cpu()
+        torch.jit.trace(module, (example,), check_trace=False).save(str(out))
+
+
+class _OneGroup(torch.nn.Module):
+    """A deployed policy called with the one observation group its actor reads."""
+
+    def __init__(self, deployed: torch.nn.Module, key: str) -> None:
+        super().__init__()
+        self.deployed, self.key = deployed, key
+
+    def forward(self, obs: Tensor) -> Tensor:
+        from tensordict import TensorDict
+
+        return self.deployed(TensorDict({self.key: obs}, batch_size=obs.shape[:1]))

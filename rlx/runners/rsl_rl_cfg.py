@@ -1,0 +1,148 @@
+"""rsl_rl's ``train_cfg`` dict as an rlx :class:`~rlx.config.AlgorithmConfig`.
+
+Two layouts are read, the ones rsl_rl's ``OnPolicyRunner`` takes:
+
+* rsl_rl 3.x and 4.x (Isaac Lab's ``RslRlOnPolicyRunnerCfg.to_dict()``): a ``policy``
+  section (``ActorCritic``: ``actor_hidden_dims``, ``critic_hidden_dims``,
+  ``activation``, ``init_noise_std``, ``actor_obs_normalization``,
+  ``critic_obs_normalization``) and older runs' top-level ``empirical_normalization``;
+* rsl_rl 5.x (mjlab's): ``actor`` and ``critic`` sections (``MLPModel``: ``hidden_dims``,
+  ``activation``, ``obs_normalization``, and the actor's ``distribution_cfg`` with
+  ``init_std``, or ``init_noise_std``).
+
+Both have ``num_steps_per_env``, ``obs_groups`` and an ``algorithm`` section (PPO:
+``num_learning_epochs``, ``num_mini_batches``, ``clip_param``, ``use_clipped_value_loss``,
+``value_loss_coef``, ``entropy_coef``, ``learning_rate``, ``schedule``, ``desired_kl``,
+``gamma``, ``lam``, ``max_grad_norm``, ``optimizer``). Each maps to the rlx field that
+does the same; the gradient is clipped per network (rsl_rl's rule:
+``clip_grad_per_network``), the adaptive schedule adapts before every minibatch's step
+(``kl_adaptive_lr_per_minibatch``, rsl_rl's placement) and rewards are not scaled
+(rsl_rl scales none). A field
+rlx cannot honour is a :class:`~rlx.config.ConfigError` naming it and why; fields that
+only steer rsl_rl's own bookkeeping (names, loggers' projects, resume paths) are read
+by the runner or ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from rlx.config import AlgorithmConfig, ConfigError
+
+__all__ = ["algorithm_config_from_rsl_rl"]
+
+#: Top-level keys that only steer rsl_rl's bookkeeping, and the runner reads or leaves.
+BOOKKEEPING = {"experiment_name", "run_name", "logger", "wandb_project", "neptune_project", "resume", "load_run",
+               "load_checkpoint", "max_iterations", "save_interval", "class_name", "device", "seed", "multi_gpu",
+               "check_for_nan", "clip_actions", "upload_model", "log_project_name"}
+ALGORITHM_KEYS = {"class_name", "num_learning_epochs", "num_mini_batches", "clip_param", "use_clipped_value_loss",
+                  "value_loss_coef", "entropy_coef", "learning_rate", "schedule", "desired_kl", "gamma", "lam",
+                  "max_grad_norm", "optimizer", "normalize_advantage_per_mini_batch", "use_mixed_precision",
+                  "rnd_cfg", "symmetry_cfg", "share_cnn_encoders", "grad_reduce_bucket_mb"}
+OPTIMIZERS = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW, "sgd": torch.optim.SGD,
+              "rmsprop": torch.optim.RMSprop}
+ACTIVATIONS = {"elu", "relu", "tanh", "selu", "gelu", "silu", "leaky_relu", "sigmoid", "softplus", "mish"}
+
+
+def _fail(where: str, why: str) -> None:
+    raise ConfigError(f"train_cfg[{where}]: {why}")
+
+
+def _networks(cfg: dict[str, Any]) -> dict[str, Any]:
+    """hidden sizes, activation, initial std and normalization of either layout."""
+    if "policy" in cfg:  # 3.x / 4.x
+        policy = dict(cfg["policy"])
+        name = policy.get("class_name", "ActorCritic")
+        if name not in ("ActorCritic", "ActorCriticRecurrent"):
+            _fail("'policy']['class_name'", f"{name!r} is not supported (ActorCritic is)")
+        if name == "ActorCriticRecurrent":
+            _fail("'policy']['class_name'", "ActorCriticRecurrent: use rlx's RecurrentAlgorithmConfig directly")
+        actor_norm = policy.get("actor_obs_normalization", cfg.get("empirical_normalization", False))
+        critic_norm = policy.get("critic_obs_normalization", cfg.get("empirical_normalization", False))
+        return {"actor": list(policy["actor_hidden_dims"]), "critic": list(policy["critic_hidden_dims"]),
+                "activation": policy.get("activation", "elu"), "init_std": float(policy.get("init_noise_std", 1.0)),
+                "std_type": policy.get("noise_std_type", "scalar"), "norm": (bool(actor_norm), bool(critic_norm)),
+                "where": "'policy'"}
+    actor, critic = dict(cfg.get("actor") or {}), dict(cfg.get("critic") or {})
+    if not actor or not critic:
+        _fail("'actor'/'critic'", "a train_cfg needs either a 'policy' section (rsl_rl 3.x/4.x) or 'actor' and "
+                                  "'critic' sections (rsl_rl 5.x)")
+    for name, section in (("actor", actor), ("critic", critic)):
+        if section.get("class_name", "MLPModel") != "MLPModel":
+            _fail(f"'{name}']['class_name'", f"{section['class_name']!r} is not supported (MLPModel is)")
+    if actor.get("activation", "elu") != critic.get("activation", "elu"):
+        _fail("'critic']['activation'", f"{critic.get('activation')!r} differs from the actor's "
+                                        f"{actor.get('activation')!r}: rlx's model takes one activation")
+    dist = dict(actor.get("distribution_cfg") or {})
+    init_std = dist.get("init_std", actor.get("init_noise_std", 1.0))
+    return {"actor": list(actor.get("hidden_dims", (256, 256, 256))), "critic": list(critic.get("hidden_dims", (256, 256, 256))),
+            "activation": actor.get("activation", "elu"), "init_std": float(init_std),
+            "std_type": dist.get("std_type", actor.get("noise_std_type", "scalar")),
+            "norm": (bool(actor.get("obs_normalization", False)), bool(critic.get("obs_normalization", False))),
+            "where": "'actor'"}
+
+
+def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str = "cpu") -> AlgorithmConfig:
+    """The :class:`~rlx.config.AlgorithmConfig` that trains as rsl_rl's runner would with
+    ``cfg`` on ``num_envs`` envs (see the module docstring).
+
+    Raises:
+        ConfigError: a field rlx cannot honour, naming it and why.
+    """
+    known = BOOKKEEPING | ALGORITHM_KEYS | {"num_steps_per_env", "obs_groups", "algorithm", "policy", "actor",
+                                            "critic", "empirical_normalization", "torch_compile_mode"}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        _fail(repr(unknown[0]), f"unknown field (rlx maps {sorted(known - BOOKKEEPING)})")
+    alg = dict(cfg.get("algorithm") or {})
+    if alg.get("class_name", "PPO") != "PPO":
+        _fail("'algorithm']['class_name'", f"{alg['class_name']!r} is not supported (PPO is)")
+    for key in sorted(set(alg) - ALGORITHM_KEYS):
+        _fail(f"'algorithm'][{key!r}", "unknown PPO field")
+    for key, why in (("rnd_cfg", "random network distillation is not supported yet"),
+                     ("symmetry_cfg", "symmetry augmentation is not supported yet")):
+        if alg.get(key) is not None:
+            _fail(f"'algorithm'][{key!r}", why)
+    if alg.get("normalize_advantage_per_mini_batch"):
+        _fail("'algorithm']['normalize_advantage_per_mini_batch'", "rlx normalizes advantages over the whole batch")
+    if cfg.get("torch_compile_mode"):
+        _fail("'torch_compile_mode'", "use rlx's compile (AlgorithmConfig.compile) instead")
+    optimizer = str(alg.get("optimizer", "adam")).lower()
+    if optimizer not in OPTIMIZERS:
+        _fail("'algorithm']['optimizer'", f"{optimizer!r} is not one of {sorted(OPTIMIZERS)}")
+    nets = _networks(cfg)
+    if nets["norm"][0] != nets["norm"][1]:
+        _fail(f"{nets['where']}", f"actor and critic observation normalization differ ({nets['norm']}): rlx "
+                                  "normalizes the observations of both networks or of neither")
+    if nets["activation"] not in ACTIVATIONS:
+        _fail(f"{nets['where']}]['activation'", f"{nets['activation']!r} is not one of {sorted(ACTIVATIONS)}")
+    if not nets["init_std"] > 0:
+        _fail(f"{nets['where']}]['init_noise_std'", f"must be > 0, got {nets['init_std']}")
+    steps = int(cfg.get("num_steps_per_env", 24))
+    minibatches = int(alg.get("num_mini_batches", 4))
+    if (num_envs * steps) % minibatches:
+        _fail("'algorithm']['num_mini_batches'", f"{minibatches} does not divide num_envs * num_steps_per_env = "
+                                                 f"{num_envs * steps}")
+    adaptive = alg.get("schedule", "adaptive") == "adaptive" and alg.get("desired_kl") is not None
+    clip = float(alg.get("clip_param", 0.2))
+    obs_groups = cfg.get("obs_groups") or None
+    return AlgorithmConfig(
+        num_envs=num_envs, horizon=steps, num_sgd_iters=int(alg.get("num_learning_epochs", 5)),
+        sgd_minibatch_size=num_envs * steps // minibatches, clip_param=clip,
+        vf_clip_param=clip if alg.get("use_clipped_value_loss", True) else None,
+        vf_coeff=float(alg.get("value_loss_coef", 1.0)), entropy_coeff=float(alg.get("entropy_coef", 0.01)),
+        gamma=float(alg.get("gamma", 0.99)), gae_lambda=float(alg.get("lam", 0.95)),
+        max_grad_norm=float(alg.get("max_grad_norm", 1.0)), clip_grad_per_network=True,
+        optimizer_cls=OPTIMIZERS[optimizer], optimizer_config={"lr": float(alg.get("learning_rate", 1e-3))},
+        kl_adaptive_lr=adaptive, target_kl_div=float(alg["desired_kl"]) if adaptive else None,
+        kl_adaptive_lr_per_minibatch=adaptive,
+        kl_adaptive_lr_bounds=(1e-5, 1e-2), enable_amp=bool(alg.get("use_mixed_precision", False)),
+        normalize_rewards=False, normalize_obs=nets["norm"][0], normalize_advantages=True,
+        model_config={"hiddens": nets["actor"], "critic_hiddens": nets["critic"], "activation_fn": nets["activation"],
+                      "log_std_init": math.log(nets["init_std"])},
+        obs_groups={k: list(v) for k, v in obs_groups.items() if k in ("actor", "critic")} if obs_groups else None,
+        device=device, seed=cfg.get("seed"),
+    )

@@ -1,0 +1,120 @@
+"""rlx.runners.OnPolicyRunner: rsl_rl's train_cfg and runner calls, trained by rlx."""
+
+from __future__ import annotations
+
+import copy
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from rlx.config import ConfigError
+from rlx.examples.windy_reach import WindyReach, episode_return, pd_controller
+from rlx.runners import OnPolicyRunner, algorithm_config_from_rsl_rl
+
+#: rsl_rl 5.x's layout (mjlab's runner config as a dict).
+CFG_5 = {
+    "seed": 0, "num_steps_per_env": 24, "save_interval": 2, "obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]},
+    "algorithm": {"class_name": "PPO", "num_learning_epochs": 5, "num_mini_batches": 4, "clip_param": 0.2,
+                  "gamma": 0.99, "lam": 0.95, "value_loss_coef": 1.0, "entropy_coef": 0.005, "learning_rate": 1e-3,
+                  "max_grad_norm": 1.0, "use_clipped_value_loss": True, "schedule": "adaptive", "desired_kl": 0.01},
+    "actor": {"class_name": "MLPModel", "hidden_dims": [64, 64], "activation": "elu", "obs_normalization": False,
+              "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 0.5}},
+    "critic": {"class_name": "MLPModel", "hidden_dims": [64, 32], "activation": "elu", "obs_normalization": False},
+}
+#: rsl_rl 3.x / 4.x's layout (Isaac Lab's RslRlOnPolicyRunnerCfg.to_dict()).
+CFG_3 = {
+    "seed": 42, "device": "cpu", "num_steps_per_env": 16, "max_iterations": 1500, "empirical_normalization": False,
+    "obs_groups": {"policy": ["policy"], "critic": ["policy", "critic"]}, "clip_actions": None, "save_interval": 50,
+    "experiment_name": "windy", "run_name": "", "logger": "tensorboard", "resume": False, "load_run": ".*",
+    "load_checkpoint": "model_.*.pt",
+    "policy": {"class_name": "ActorCritic", "init_noise_std": 1.0, "noise_std_type": "scalar",
+               "actor_obs_normalization": True, "critic_obs_normalization": True,
+               "actor_hidden_dims": [128, 64], "critic_hidden_dims": [128, 64, 32], "activation": "tanh"},
+    "algorithm": {"class_name": "PPO", "num_learning_epochs": 4, "num_mini_batches": 2, "clip_param": 0.3,
+                  "gamma": 0.98, "lam": 0.9, "value_loss_coef": 0.5, "entropy_coef": 0.01, "learning_rate": 3e-4,
+                  "max_grad_norm": 0.5, "use_clipped_value_loss": False, "schedule": "fixed", "desired_kl": 0.01,
+                  "normalize_advantage_per_mini_batch": False, "symmetry_cfg": None, "rnd_cfg": None},
+}
+
+
+def test_rsl_rl_5x_fields_map_to_the_rlx_fields_that_do_the_same() -> None:
+    c = algorithm_config_from_rsl_rl(CFG_5, num_envs=64)
+    assert (c.num_envs, c.horizon, c.num_sgd_iters, c.sgd_minibatch_size) == (64, 24, 5, 64 * 24 // 4)
+    assert (c.clip_param, c.vf_clip_param, c.vf_coeff, c.entropy_coeff) == (0.2, 0.2, 1.0, 0.005)
+    assert (c.gamma, c.gae_lambda, c.max_grad_norm, c.clip_grad_per_network) == (0.99, 0.95, 1.0, True)
+    assert c.kl_adaptive_lr and c.target_kl_div == 0.01 and c.kl_adaptive_lr_bounds == (1e-5, 1e-2)
+    assert c.optimizer_cls is torch.optim.Adam and c.optimizer_kwargs["lr"] == 1e-3
+    assert not c.normalize_rewards and not c.normalize_obs and c.seed == 0
+    assert c.model_config == {"hiddens": [64, 64], "critic_hiddens": [64, 32], "activation_fn": "elu",
+                              "log_std_init": math.log(0.5)}
+    assert c.obs_groups == {"actor": ["policy"], "critic": ["policy", "critic"]}
+
+
+def test_rsl_rl_3x_fields_map_too() -> None:
+    c = algorithm_config_from_rsl_rl(CFG_3, num_envs=32)
+    assert (c.horizon, c.num_sgd_iters, c.sgd_minibatch_size, c.clip_param, c.vf_clip_param) == (16, 4, 256, 0.3, None)
+    assert (c.gamma, c.gae_lambda, c.vf_coeff, c.entropy_coeff, c.max_grad_norm) == (0.98, 0.9, 0.5, 0.01, 0.5)
+    assert not c.kl_adaptive_lr and c.target_kl_div is None and c.optimizer_kwargs["lr"] == 3e-4
+    assert c.normalize_obs and c.seed == 42
+    assert c.model_config["hiddens"] == [128, 64] and c.model_config["critic_hiddens"] == [128, 64, 32]
+    assert c.model_config["activation_fn"] == "tanh" and c.model_config["log_std_init"] == 0.0
+    assert c.obs_groups == {"critic": ["policy", "critic"]}  # 3.x's "policy" set is rsl_rl's old name for the actor's
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda c: c["algorithm"].update(rnd_cfg={"weight": 1.0}), r"\['algorithm'\]\['rnd_cfg'\]: random network"),
+    (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}), "symmetry augmentation"),
+    (lambda c: c["algorithm"].update(normalize_advantage_per_mini_batch=True), "normalize_advantage_per_mini_batch"),
+    (lambda c: c["algorithm"].update(num_mini_batches=5), "5 does not divide"),
+    (lambda c: c["algorithm"].update(optimizer="lamb"), "'lamb' is not one of"),
+    (lambda c: c["algorithm"].update(class_name="Distillation"), "'Distillation' is not supported"),
+    (lambda c: c["critic"].update(activation="relu"), "differs from the actor's 'elu'"),
+    (lambda c: c["critic"].update(obs_normalization=True), "observation normalization differ"),
+    (lambda c: c.update(rnd_state=1), r"\['rnd_state'\]: unknown field"),
+])
+def test_a_field_rlx_cannot_honour_is_refused_by_name(change, message: str) -> None:
+    cfg = copy.deepcopy(CFG_5)
+    change(cfg)
+    with pytest.raises(ConfigError, match=message):
+        algorithm_config_from_rsl_rl(cfg, num_envs=64)
+
+
+def test_learn_save_load_and_deploy_like_rsl_rls_runner(tmp_path: Path) -> None:
+    env = WindyReach(64, "cpu", seed=0)
+    runner = OnPolicyRunner(env, CFG_5, log_dir=str(tmp_path), device="cpu")
+    runner.learn(3, init_at_random_ep_len=True)
+    assert runner.current_learning_iteration == 3
+    assert {p.name for p in tmp_path.glob("model_*.pt")} == {"model_2.pt", "model_3.pt"}
+    assert list(tmp_path.glob("events.out.tfevents.*"))  # TensorBoard, rsl_rl's default logger
+    other = OnPolicyRunner(WindyReach(64, "cpu", seed=1), CFG_5, log_dir=None, device="cpu")
+    other.load(str(tmp_path / "model_3.pt"))
+    assert other.current_learning_iteration == 3
+    for a, b in zip(runner.alg.policy.state_dict().values(), other.alg.policy.state_dict().values()):
+        assert torch.equal(a, b)
+    for a, b in zip(runner.alg.optimizer.state.values(), other.alg.optimizer.state.values()):
+        assert all(torch.equal(a[k], b[k]) for k in ("exp_avg", "exp_avg_sq"))
+    assert other.alg.lr == runner.alg.lr  # the adaptive schedule's LR resumes
+    obs = env.get_observations()
+    actions = runner.get_inference_policy("cpu")(obs)
+    assert actions.shape == (64, 2) and torch.isfinite(actions).all()
+    runner.export_policy_to_jit(str(tmp_path / "exported"))
+    jit = torch.jit.load(str(tmp_path / "exported" / "policy.pt"))
+    torch.testing.assert_close(jit(obs.get("policy")), actions)
+
+
+def test_the_runner_refuses_a_logger_it_cannot_write() -> None:
+    with pytest.raises(ConfigError, match="train_cfg\\['logger'\\]: 'neptune' is not supported"):
+        OnPolicyRunner(WindyReach(64, "cpu", seed=0), {**CFG_5, "logger": "neptune"}, device="cpu")
+
+
+@pytest.mark.slow
+def test_the_runner_learns_windy_reach() -> None:
+    env = WindyReach(512, "cpu", seed=0)
+    runner = OnPolicyRunner(env, {**CFG_5, "save_interval": 0}, device="cpu")
+    runner.learn(40)
+    random = episode_return(lambda obs: torch.randn(obs.batch_size[0], 2), 512, "cpu")
+    pd = episode_return(pd_controller, 512, "cpu")
+    score = (episode_return(runner.get_inference_policy(), 512, "cpu") - random) / (pd - random)
+    assert score > 0.8, f"normalized return {score:.3f} after 40 iterations (random 0, PD controller 1)"
