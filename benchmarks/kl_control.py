@@ -9,10 +9,14 @@ of KL / target, per seed, and the median over seeds.
 
 * adaptive LR, ``target_kl_div=0.002``, B=32, T=32, 4 epochs, with one minibatch per
   epoch, with 4 accumulated minibatches, and with 4 minibatches (issue #17's settings);
+* the adaptive LR with 4 minibatches and rsl_rl's rules: applied before every
+  minibatch's step (``kl_adaptive_lr_per_minibatch``), with each network's gradient
+  clipped apart (``clip_grad_per_network``), and both;
 * early stop, ``target_kl_div=0.002``, 10 epochs of 4 minibatches, lr 1e-3, and the same
   with no target.
 
-Uses only the public API, so it runs on any rlx commit (``PYTHONPATH=<checkout>``).
+Uses only the public API, so it runs on any rlx commit that has the settings' fields
+(``PYTHONPATH=<checkout>``).
 """
 
 from __future__ import annotations
@@ -33,6 +37,12 @@ SETTINGS = {
     "adaptive, one minibatch": dict(target_kl_div=TARGET, kl_adaptive_lr=True),
     "adaptive, 4 accumulated": dict(target_kl_div=TARGET, kl_adaptive_lr=True, sgd_minibatch_size=256, accumulate_grads=True),
     "adaptive, 4 minibatches": dict(target_kl_div=TARGET, kl_adaptive_lr=True, sgd_minibatch_size=256),
+    "adaptive per minibatch, 4 mb": dict(target_kl_div=TARGET, kl_adaptive_lr=True, sgd_minibatch_size=256,
+                                         kl_adaptive_lr_per_minibatch=True),
+    "adaptive, 4 mb, per-net clip": dict(target_kl_div=TARGET, kl_adaptive_lr=True, sgd_minibatch_size=256,
+                                         clip_grad_per_network=True),
+    "rsl_rl's rules, 4 mb": dict(target_kl_div=TARGET, kl_adaptive_lr=True, sgd_minibatch_size=256,
+                                 kl_adaptive_lr_per_minibatch=True, clip_grad_per_network=True),
     "early stop, 10x4 lr 1e-3": dict(target_kl_div=TARGET, sgd_minibatch_size=256, num_sgd_iters=10),
     "no target, 10x4 lr 1e-3": dict(sgd_minibatch_size=256, num_sgd_iters=10),
 }
