@@ -68,11 +68,13 @@ class WindyReach:
         a = actions.clamp(-1.0, 1.0)
         self.vel = (self.vel + DT * (2.0 * a + self.wind) / self.mass) * DRAG
         self.pos = self.pos + DT * self.vel
-        rewards = -torch.linalg.vector_norm(self.goal - self.pos, dim=-1) - 0.01 * a.square().sum(-1)
+        distance = torch.linalg.vector_norm(self.goal - self.pos, dim=-1)
+        rewards = -distance - 0.01 * a.square().sum(-1)
         self.episode_length_buf = self.episode_length_buf + 1
         time_outs = self.episode_length_buf >= EPISODE
         self._reset(time_outs)
-        extras = {"time_outs": time_outs, "log": {}}
+        # rsl_rl's per-step log (rlx reports it as env/distance_to_goal).
+        extras = {"time_outs": time_outs, "log": {"/distance_to_goal": distance.mean()}}
         return self.get_observations(), rewards, time_outs.clone(), extras
 
 

@@ -13,7 +13,9 @@ An Isaac Lab, mjlab or Genesis training script switches by changing one import::
 ``export_policy_to_onnx`` take rsl_rl's arguments. Checkpoints are rlx's (algorithm
 state, iteration, the ``train_cfg``), written atomically as ``model_<it>.pt`` in
 ``log_dir`` every ``save_interval`` iterations and at the end; TensorBoard events go to
-``log_dir`` when ``logger`` is ``"tensorboard"`` (the default).
+``log_dir`` when ``logger`` is ``"tensorboard"`` (the default), and every iteration's
+statistics (the env's ``extras["log"]`` included, as ``env/...``) to a Weights & Biases
+run when it is ``"wandb"`` (``wandb_project``, ``run_name``; ``pip install 'rlx[wandb]'``).
 """
 
 from __future__ import annotations
@@ -53,14 +55,17 @@ class OnPolicyRunner:
         self.log_dir = Path(log_dir) if log_dir is not None else None
         logger = self.cfg.get("logger", "tensorboard")
         logger = logger.get("class_name") if isinstance(logger, dict) else logger
-        if logger not in (None, "tensorboard", "TensorboardLogWriter"):
-            raise ConfigError(f"train_cfg['logger']: {logger!r} is not supported yet (tensorboard is)")
+        logger = {"TensorboardLogWriter": "tensorboard", "WandbLogWriter": "wandb"}.get(logger, logger)
+        if logger not in (None, "tensorboard", "wandb"):
+            raise ConfigError(f"train_cfg['logger']: {logger!r} is not supported yet (tensorboard and wandb are)")
         self.config = algorithm_config_from_rsl_rl(self.cfg, env.num_envs, self.device)
         self.alg = self.config.build(RslRlVecEnv.factory(lambda num_envs, device: env))
         self.save_interval = int(self.cfg.get("save_interval", 50))
         self.current_learning_iteration = 0
-        self._writer = None
-        if self.log_dir is not None and logger is not None:
+        self._writer = self._wandb = None
+        if logger == "wandb":
+            self._wandb = _wandb_run(self.cfg, self.log_dir, self.config)
+        elif self.log_dir is not None and logger is not None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # tensorboard is an optional extra
@@ -89,11 +94,22 @@ class OnPolicyRunner:
             if self._writer is not None:
                 self._writer.flush()
 
-    def _log(self, it: int, stats: dict[str, float], seconds: float) -> None:
+    def close(self) -> None:
+        """Finish the logger's run (W&B's ``finish``; TensorBoard's files are closed)."""
+        if self._wandb is not None:
+            self._wandb.finish()
+            self._wandb = None
         if self._writer is not None:
-            for key, value in stats.items():
-                if isinstance(value, float) and math.isfinite(value):
-                    self._writer.add_scalar(key, value, it)
+            self._writer.close()
+            self._writer = None
+
+    def _log(self, it: int, stats: dict[str, float], seconds: float) -> None:
+        finite = {k: v for k, v in stats.items() if isinstance(v, float) and math.isfinite(v)}
+        if self._writer is not None:
+            for key, value in finite.items():
+                self._writer.add_scalar(key, value, it)
+        if self._wandb is not None:
+            self._wandb.log({**finite, "env_steps": self.alg.env_steps}, step=it, commit=True)
         ret = stats.get("episodes/return_mean", math.nan)
         print(f"rlx OnPolicyRunner: iteration {it} | env steps {self.alg.env_steps:,} | {seconds:.2f} s | "
               f"return {ret:.2f} | lr {stats.get('monitors/lr', math.nan):.2e}", flush=True)
@@ -151,6 +167,23 @@ class OnPolicyRunner:
         module = _OneGroup(DeployedPolicy(copy.deepcopy(self.alg.policy).cpu(), deterministic=True), keys[0])
         example = self.alg.policy.observation_spec[keys[0]].zero((2,)).cpu()
         torch.jit.trace(module, (example,), check_trace=False).save(str(out))
+
+
+def _wandb_run(cfg: dict[str, Any], log_dir: Path | None, config: Any) -> Any:
+    """A W&B run for ``logger: wandb`` (``pip install 'rlx[wandb]'``): the project from
+    ``wandb_project`` (or the logger dict's ``project_name``), the name from ``run_name``;
+    ``WANDB_MODE=offline`` keeps it on disk."""
+    try:
+        import wandb
+    except ImportError as e:
+        raise ConfigError("train_cfg['logger']: 'wandb' needs the wandb package: pip install 'rlx[wandb]'") from e
+    logger = cfg.get("logger")
+    project = (logger.get("project_name") if isinstance(logger, dict) else None) or cfg.get("wandb_project") or "rlx"
+    from rlx.core.yaml_types import config_to_dict
+
+    return wandb.init(project=project, name=cfg.get("run_name") or None,
+                      dir=str(log_dir) if log_dir is not None else None,
+                      config={"train_cfg": cfg, "rlx": config_to_dict(config)}, reinit="finish_previous")
 
 
 class _OneGroup(torch.nn.Module):

@@ -118,3 +118,22 @@ def test_the_runner_learns_windy_reach() -> None:
     pd = episode_return(pd_controller, 512, "cpu")
     score = (episode_return(runner.get_inference_policy(), 512, "cpu") - random) / (pd - random)
     assert score > 0.8, f"normalized return {score:.3f} after 40 iterations (random 0, PD controller 1)"
+
+
+def test_wandb_logs_every_iterations_statistics_and_the_envs_log(tmp_path: Path, monkeypatch) -> None:
+    wandb = pytest.importorskip("wandb")
+    monkeypatch.setenv("WANDB_MODE", "offline")  # W&B's offline mode: nothing leaves the machine
+    monkeypatch.setenv("WANDB_DIR", str(tmp_path))
+    monkeypatch.setenv("WANDB_SILENT", "true")
+    cfg = {**CFG_5, "logger": "wandb", "wandb_project": "rlx-test", "run_name": "windy"}
+    runner = OnPolicyRunner(WindyReach(64, "cpu", seed=0), cfg, log_dir=str(tmp_path), device="cpu")
+    runner.learn(2)
+    run = runner._wandb
+    assert run.project == "rlx-test" and run.name == "windy" and run.offline
+    summary = dict(run.summary)
+    assert summary["env_steps"] == 2 * 64 * 24 and math.isfinite(summary["losses/total"])
+    assert 0.0 < summary["env/distance_to_goal"] < 3.0  # the env's extras["log"], as rsl_rl logs it
+    assert run.config["train_cfg"]["algorithm"]["desired_kl"] == 0.01
+    runner.close()
+    assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))  # written to disk, for `wandb sync`
+    assert wandb.run is None
