@@ -25,6 +25,7 @@ from rlx.models import split_actor_critic
 from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
+from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.core.compiling import compiled
 from rlx.core.cuda_graphs import GraphedBatchCall
@@ -164,6 +165,11 @@ class PPO(Algorithm):
         self._update_params = [p for p in self.policy.model.parameters() if p.requires_grad]
         if config.clip_grad_per_network:
             self.clip_groups = self._actor_and_critic()
+        #: The task's mirror (``symmetry_fn``), checked to be an involution; ``None`` without one.
+        self.symmetry = None
+        if config.symmetry_fn is not None:
+            self.symmetry = Symmetry(config.symmetry_fn, self.env.observation_spec, self.env.action_spec, self.device,
+                                     where=f"{type(config).__name__}.symmetry_fn")
         self.kl_stop = None
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
             self.kl_stop = KLEarlyStop(config.target_kl_div, self.device, self.members.lead)
@@ -405,6 +411,8 @@ class PPO(Algorithm):
         from: this minibatch's (``weight`` times it plus ``kl_so_far``, the epoch's
         earlier minibatches, with ``accumulate_grads``).
         """
+        if self.config.symmetry_augment:
+            mb = self.symmetry.augment(mb)  # twice the rows: each sample and its mirrored twin
         size = next(iter(mb.values())).shape[0]
         chunk = min(self._micro_units, size)
         stats: Tensor | None = None

@@ -9,6 +9,7 @@ raised at construction and naming the field; the concrete configs are in
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 import torch
@@ -245,6 +246,12 @@ class MinibatchConfig(CommonConfig):
     #: rule), rather than their joint norm: a large critic gradient then no longer
     #: shrinks the actor's step. Needs a model with separate actor and critic parameters.
     clip_grad_per_network: bool = False
+    #: A mirror of a symmetric task (rsl_rl's ``symmetry_cfg``): ``fn(obs, actions) ->
+    #: (mirrored_obs, mirrored_actions)`` on batches, an import path in YAML. Checked at
+    #: build to be an involution on random inputs. See :mod:`rlx.algorithms.symmetry`.
+    symmetry_fn: Callable[..., Any] | None = None
+    #: Double every minibatch with its mirrored twin (needs ``symmetry_fn``; one member).
+    symmetry_augment: bool = False
     #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
     #: collect, and PPO's whole minibatch update as one program where it can
     #: (:mod:`rlx.algorithms.fused`; else the update's forward pass and losses). The first collect and step
@@ -266,8 +273,14 @@ class MinibatchConfig(CommonConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("shuffle_minibatches", "cudagraphs", "compile", "clip_grad_per_network"):
+        for field in ("shuffle_minibatches", "cudagraphs", "compile", "clip_grad_per_network", "symmetry_augment"):
             check_bool(self, field)
+        if self.symmetry_fn is not None and not callable(self.symmetry_fn):
+            fail(self, "symmetry_fn", f"must be a function, got {self.symmetry_fn!r}")
+        if self.symmetry_augment and self.symmetry_fn is None:
+            fail(self, "symmetry_augment", "needs symmetry_fn, the task's mirror")
+        if self.symmetry_augment and self.num_seeds > 1:
+            fail(self, "symmetry_augment", f"is not supported with num_seeds={self.num_seeds} yet")
         check_float(self, "entropy_coeff", low=0.0)
         if self.entropy_coeff_schedule is not None:
             check_schedule_field(self, "entropy_coeff_schedule")
@@ -342,3 +355,5 @@ def check_sequences(config: Any) -> None:
         fail(config, "cudagraphs", "is not supported for recurrent policies")
     if config.compile:
         fail(config, "compile", "is not supported for recurrent policies")
+    if config.symmetry_augment:
+        fail(config, "symmetry_augment", "is not supported for recurrent policies yet")

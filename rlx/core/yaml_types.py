@@ -8,6 +8,7 @@ back as plain data. Stands alone: it knows annotations, not rlx's configs.
 
 from __future__ import annotations
 
+import collections.abc
 import dataclasses
 import importlib
 import re
@@ -122,6 +123,12 @@ def _coerce(value: Any, tp: Any, where: str) -> Any:
         if value is not None:
             raise ConfigError(f"{where}: must be null, got {value!r}")
         return None
+    if origin is collections.abc.Callable:
+        if isinstance(value, str):
+            value = import_object(value, where=where)
+        if not callable(value):
+            raise ConfigError(f"{where}: must be a function or an import path to one, got {value!r}")
+        return value
     if origin is type or tp is type:
         if isinstance(value, str):
             value = import_object(value, where=where)

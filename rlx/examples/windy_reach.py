@@ -18,7 +18,7 @@ from __future__ import annotations
 import torch
 from tensordict import TensorDict
 
-__all__ = ["WindyReach", "pd_controller", "episode_return"]
+__all__ = ["WindyReach", "pd_controller", "episode_return", "mirror"]
 
 EPISODE = 100
 DT, DRAG = 0.05, 0.98
@@ -92,3 +92,12 @@ def episode_return(act, num_envs: int, device: str, seed: int = 12345) -> float:
             obs, rewards, _, _ = env.step(act(obs))
             total += rewards
     return float(total.mean())
+
+
+def mirror(obs: TensorDict, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor]:
+    """The task's mirror through the y axis (a ``symmetry_fn``): x components flip sign,
+    in the goal offset, the velocity, the wind and the action; the mass stays."""
+    flip = torch.tensor([-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 1.0], device=actions.device)  # dx dy vx vy, wind x y, mass
+    mirrored = TensorDict({"policy": obs.get("policy") * flip[:4], "critic": obs.get("critic") * flip[4:]},
+                          batch_size=obs.batch_size, device=obs.device)
+    return mirrored, actions * flip[:2]

@@ -103,7 +103,8 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
     for key in sorted(set(alg) - ALGORITHM_KEYS):
         _fail(f"'algorithm'][{key!r}", "unknown PPO field")
     for key, why in (("rnd_cfg", "random network distillation is not supported yet"),
-                     ("symmetry_cfg", "symmetry augmentation is not supported yet")):
+                     ("symmetry_cfg", "rsl_rl's augmentation function is not mapped yet: give AlgorithmConfig a "
+                                      "symmetry_fn(obs, actions) -> mirrored (obs, actions) with symmetry_augment")):
         if alg.get(key) is not None:
             _fail(f"'algorithm'][{key!r}", why)
     if alg.get("normalize_advantage_per_mini_batch"):

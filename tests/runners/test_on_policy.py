@@ -65,7 +65,7 @@ def test_rsl_rl_3x_fields_map_too() -> None:
 
 @pytest.mark.parametrize("change, message", [
     (lambda c: c["algorithm"].update(rnd_cfg={"weight": 1.0}), r"\['algorithm'\]\['rnd_cfg'\]: random network"),
-    (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}), "symmetry augmentation"),
+    (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}), "augmentation function is not mapped"),
     (lambda c: c["algorithm"].update(normalize_advantage_per_mini_batch=True), "normalize_advantage_per_mini_batch"),
     (lambda c: c["algorithm"].update(num_mini_batches=5), "5 does not divide"),
     (lambda c: c["algorithm"].update(optimizer="lamb"), "'lamb' is not one of"),

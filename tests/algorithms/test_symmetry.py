@@ -1,0 +1,91 @@
+"""Symmetry augmentation: the mirror check, the doubled minibatch, and learning with it."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlx import AlgorithmConfig
+from rlx.algorithms.symmetry import Symmetry
+from rlx.config import ConfigError
+from rlx.envs import CartPole, RslRlVecEnv
+from rlx.examples.windy_reach import WindyReach, episode_return, mirror, pd_controller
+
+BASE = dict(num_envs=32, horizon=16, device="cpu", seed=0, sgd_minibatch_size=128, num_sgd_iters=2,
+            model_config={"hiddens": [32, 32]})
+
+
+def _flip_cartpole(obs, actions):
+    """CartPole's mirror: every state variable flips sign, left and right swap."""
+    return -obs, 1 - actions
+
+
+@pytest.mark.parametrize("fn, message", [
+    (lambda obs, actions: (2 * obs, actions), "not an involution: mirroring obs twice changed it by up to"),
+    (lambda obs, actions: (obs, 1 - actions + (actions > 0).long()), "mirroring actions twice"),
+    (lambda obs, actions: (obs[:, :2], actions), "mirroring obs twice gave shape"),
+    (lambda obs, actions: obs.missing, "raised AttributeError"),
+])
+def test_a_mirror_that_is_not_an_involution_is_refused_at_build(fn, message: str) -> None:
+    with pytest.raises(ConfigError, match=f"AlgorithmConfig.symmetry_fn: .*{message}"):
+        AlgorithmConfig(**BASE, symmetry_fn=fn, symmetry_augment=True).build(CartPole)
+
+
+def test_the_fields_are_checked_by_name() -> None:
+    with pytest.raises(ConfigError, match="symmetry_augment: needs symmetry_fn"):
+        AlgorithmConfig(**BASE, symmetry_augment=True)
+    with pytest.raises(ConfigError, match="symmetry_augment: is not supported with num_seeds=2"):
+        AlgorithmConfig(**BASE, symmetry_fn=_flip_cartpole, symmetry_augment=True, num_seeds=2)
+    with pytest.raises(ConfigError, match="symmetry_fn: must be a function"):
+        AlgorithmConfig(**BASE, symmetry_fn=3)
+
+
+def test_the_twin_is_the_mirror_with_its_originals_rollout_entries() -> None:
+    obs = TensorDict({"policy": torch.randn(5, 4), "critic": torch.randn(5, 3)}, batch_size=[5])
+    mb = {"obs": obs, "actions": torch.randn(5, 2), "logp": torch.randn(5, 1), "values": torch.randn(5, 1),
+          "advantages": torch.randn(5, 1), "returns": torch.randn(5, 1)}
+    env = RslRlVecEnv.factory(lambda n, d: WindyReach(n, d, seed=0))(5, None, device="cpu")
+    out = Symmetry(mirror, env.observation_spec, env.action_spec, torch.device("cpu")).augment(mb)
+    twin_obs, twin_actions = mirror(obs, mb["actions"])
+    assert torch.equal(out["obs"][:5]["policy"], obs["policy"]) and torch.equal(out["obs"][5:]["policy"], twin_obs["policy"])
+    assert torch.equal(out["obs"][5:]["critic"], twin_obs["critic"])
+    assert torch.equal(out["actions"], torch.cat([mb["actions"], twin_actions]))
+    for key in ("logp", "values", "advantages", "returns"):
+        assert torch.equal(out[key], torch.cat([mb[key], mb[key]])), key
+
+
+def test_an_identity_mirror_leaves_the_update_as_it_was() -> None:
+    """Twins equal to their originals: every mean over the doubled minibatch is the
+    plain one, so the update is the same up to float rounding."""
+    plain = AlgorithmConfig(**BASE).build(CartPole)
+    doubled = AlgorithmConfig(**BASE, symmetry_fn=lambda obs, actions: (obs, actions), symmetry_augment=True).build(CartPole)
+    for algo in (plain, doubled):
+        torch.manual_seed(4)
+        algo.collect()
+        algo.step()
+    for a, b in zip(plain.policy.parameters(), doubled.policy.parameters()):
+        torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.slow
+def test_augmentation_learns_windy_reach_faster() -> None:
+    def normalized_after_10(augment: bool, seed: int) -> float:
+        config = AlgorithmConfig(
+            num_envs=256, horizon=24, num_sgd_iters=5, sgd_minibatch_size=256 * 24 // 4, vf_clip_param=0.2,
+            vf_coeff=1.0, entropy_coeff=0.005, gamma=0.99, max_grad_norm=1.0, optimizer_config={"lr": 1e-3},
+            kl_adaptive_lr=True, target_kl_div=0.01, model_config={"hiddens": [64, 64], "activation_fn": "elu"},
+            obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]}, normalize_rewards=False, device="cpu",
+            seed=seed, symmetry_fn=mirror if augment else None, symmetry_augment=augment)
+        algo = config.build(RslRlVecEnv.factory(lambda n, d: WindyReach(n, d, seed=seed)))
+        for _ in range(10):
+            algo.collect()
+            algo.step()
+        score = episode_return(lambda o: algo.policy.act(o, deterministic=True).env_actions, 512, "cpu")
+        random = episode_return(lambda obs: torch.randn(obs.batch_size[0], 2), 512, "cpu")
+        return (score - random) / (episode_return(pd_controller, 512, "cpu") - random)
+
+    # Measured (one thread): 0.43 / 0.48 / 0.65 against 0.37 / 0.41 / 0.37 after 10 iterations.
+    plain = [normalized_after_10(False, seed) for seed in (0, 1, 2)]
+    augmented = [normalized_after_10(True, seed) for seed in (0, 1, 2)]
+    assert sum(augmented) / 3 > sum(plain) / 3 + 0.05, f"augmented {augmented}, plain {plain}"
