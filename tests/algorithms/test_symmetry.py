@@ -89,3 +89,15 @@ def test_augmentation_learns_windy_reach_faster() -> None:
     plain = [normalized_after_10(False, seed) for seed in (0, 1, 2)]
     augmented = [normalized_after_10(True, seed) for seed in (0, 1, 2)]
     assert sum(augmented) / 3 > sum(plain) / 3 + 0.05, f"augmented {augmented}, plain {plain}"
+
+
+def test_the_mirror_is_an_import_path_in_yaml_and_round_trips() -> None:
+    from rlx.core.yaml_types import config_from_dict, config_to_dict
+
+    config = config_from_dict(AlgorithmConfig, {"symmetry_fn": "rlx.examples.windy_reach:mirror", "symmetry_augment": True})
+    assert config.symmetry_fn is mirror
+    assert config_to_dict(config)["symmetry_fn"] == "rlx.examples.windy_reach:mirror"
+    with pytest.raises(ConfigError, match="AlgorithmConfig.symmetry_fn"):
+        config_from_dict(AlgorithmConfig, {"symmetry_fn": "rlx.examples.windy_reach:no_such_mirror"})
+    with pytest.raises(ConfigError, match="AlgorithmConfig.symmetry_fn: must be a function"):
+        config_from_dict(AlgorithmConfig, {"symmetry_fn": 3})
