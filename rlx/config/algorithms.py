@@ -52,6 +52,8 @@ class AlgorithmConfig(MinibatchConfig):
         >>> step_stats = algo.step()
     """
 
+    not_with_seeds: ClassVar[tuple[str, ...]] = (*MinibatchConfig.not_with_seeds, "kl_adaptive_lr_per_minibatch")
+
     algorithm_cls: ClassVar[type[Algorithm]] = PPO
     supports_seeds: ClassVar[bool] = True
 
@@ -97,8 +99,8 @@ class AlgorithmConfig(MinibatchConfig):
         if self.kl_adaptive_lr_per_minibatch:
             if not self.kl_adaptive_lr:
                 fail(self, "kl_adaptive_lr_per_minibatch", "needs kl_adaptive_lr=True")
-            if self.num_seeds > 1 or self.accumulate_grads:
-                fail(self, "kl_adaptive_lr_per_minibatch", "is not supported with num_seeds > 1 or accumulate_grads yet")
+            if self.accumulate_grads:
+                fail(self, "kl_adaptive_lr_per_minibatch", "is not supported with accumulate_grads yet")
         check_int(self, "num_sgd_iters")
         check_float(self, "clip_param", low=0.0, low_open=True)
         check_float(self, "vf_clip_param", low=0.0, low_open=True, allow_none=True)

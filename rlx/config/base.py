@@ -34,6 +34,8 @@ class CommonConfig:
 
     #: Whether the algorithm trains ``num_seeds > 1`` agents at once.
     supports_seeds: ClassVar[bool] = False
+    #: Switches that ``num_seeds > 1`` refuses by name until they work per member.
+    not_with_seeds: ClassVar[tuple[str, ...]] = ()
 
     #: Model instance to use; mutually exclusive with ``model_cls``.
     model: nn.Module | None = None
@@ -162,6 +164,9 @@ class CommonConfig:
 
         if not self.supports_seeds:
             fail(self, "num_seeds", f"num_seeds={self.num_seeds} is not supported by {type(self).__name__}")
+        for field in self.not_with_seeds:
+            if getattr(self, field):
+                fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
 
         stacked = tuple(STACKED_MODELS.values())
         custom = self.model if self.model is not None else self.model_cls
@@ -223,6 +228,8 @@ class MinibatchConfig(CommonConfig):
     """Fields of the first-order minibatch update that PPO and A2C share: entropy bonus,
     value weight, minibatches, micro-batches, ``compile`` and ``cudagraphs``."""
 
+    not_with_seeds: ClassVar[tuple[str, ...]] = ("accumulate_grads", "symmetry_augment")
+
     #: Entropy bonus weight; ignored when ``entropy_coeff_schedule`` is set.
     entropy_coeff: float = 0.0
     #: Entropy-coefficient schedule ``[(env_steps, coeff), ...]`` over env transitions.
@@ -279,8 +286,6 @@ class MinibatchConfig(CommonConfig):
             fail(self, "symmetry_fn", f"must be a function, got {self.symmetry_fn!r}")
         if self.symmetry_augment and self.symmetry_fn is None:
             fail(self, "symmetry_augment", "needs symmetry_fn, the task's mirror")
-        if self.symmetry_augment and self.num_seeds > 1:
-            fail(self, "symmetry_augment", f"is not supported with num_seeds={self.num_seeds} yet")
         check_float(self, "entropy_coeff", low=0.0)
         if self.entropy_coeff_schedule is not None:
             check_schedule_field(self, "entropy_coeff_schedule")
@@ -289,8 +294,6 @@ class MinibatchConfig(CommonConfig):
         self._check_minibatch_size("sgd_minibatch_size")
         check_int(self, "micro_batch_size", minimum=0, allow_none=True)
         check_float(self, "vf_coeff", low=0.0)
-        if self.num_seeds > 1 and self.accumulate_grads:
-            fail(self, "accumulate_grads", f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
         if self.cudagraphs:
             if self.enable_amp or self.accumulate_grads:
                 fail(self, "cudagraphs", "cannot be combined with enable_amp or accumulate_grads")
