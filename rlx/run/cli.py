@@ -1,6 +1,6 @@
 """The ``rlx`` command: train, eval, plot, export, bench, check-env, envs.
 
-    rlx train CONFIG [--set key=value ...] [--run-dir DIR] [--resume] [--seeds S]
+    rlx train CONFIG [--set key=value ...] [--run-dir DIR] [--resume] [--seeds S] [--rsl-rl-cfg FILE]
     rlx eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--num-envs B]
     rlx plot RUN_DIR [--out FILE.png]
     rlx export RUN_DIR [--out policy.pt]
@@ -88,6 +88,8 @@ def _cmd_train(args: argparse.Namespace) -> int:
     if args.seeds is not None:
         overrides.append(f"config.num_seeds={args.seeds}")
     run = load_run_config(args.config, overrides)
+    if args.rsl_rl_cfg is not None:
+        run = _with_rsl_rl_cfg(run, args.rsl_rl_cfg)
     # Under torchrun: join the process group (NCCL for CUDA training, else gloo).
     distributed = rdist.init_from_env(device_type=resolve_device(run.config.device).type)
     try:
@@ -95,6 +97,28 @@ def _cmd_train(args: argparse.Namespace) -> int:
     finally:
         if distributed:
             torch.distributed.destroy_process_group()
+
+
+def _with_rsl_rl_cfg(run: Any, path: str) -> Any:
+    """``run`` with its algorithm from rsl_rl's ``train_cfg`` in ``path`` (YAML or JSON):
+    PPO as :func:`rlx.runners.algorithm_config_from_rsl_rl` maps it, on the run config's
+    ``num_envs`` and device; its ``save_interval`` and ``max_iterations`` set the trainer's
+    ``checkpoint_every`` and ``max_iterations``."""
+    import dataclasses
+
+    from rlx.core.yaml_types import load_yaml
+    from rlx.runners.rsl_rl_cfg import algorithm_config_from_rsl_rl
+
+    cfg = load_yaml(Path(path).read_text())
+    if not isinstance(cfg, dict):
+        raise ValueError(f"--rsl-rl-cfg {path}: must hold a mapping (rsl_rl's train_cfg), got {type(cfg).__name__}")
+    config = algorithm_config_from_rsl_rl(cfg, run.config.num_envs, run.config.device)
+    trainer = run.trainer
+    if cfg.get("save_interval"):
+        trainer = dataclasses.replace(trainer, checkpoint_every=int(cfg["save_interval"]))
+    if cfg.get("max_iterations"):
+        trainer = dataclasses.replace(trainer, max_iterations=int(cfg["max_iterations"]))
+    return dataclasses.replace(run, algorithm="ppo", config=config, trainer=trainer)
 
 
 def _train(args: argparse.Namespace, run: Any) -> int:
@@ -254,6 +278,10 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--threads", type=_threads_arg, metavar="N|auto",
                        help="torch CPU threads (default auto: the cores other processes leave free, looked at again "
                        "every 5 s; OMP_NUM_THREADS, when set, is kept)")
+    train.add_argument("--rsl-rl-cfg", metavar="FILE",
+                       help="train PPO from rsl_rl's train_cfg (YAML or JSON; rsl_rl 3.x to 5.x layouts, "
+                            "Isaac Lab's agent config as a dict) instead of the run config's algorithm; the run "
+                            "config still gives the env, num_envs, the device and the trainer")
     train.add_argument("--seeds", type=int, metavar="S",
                        help="train S independent agents at once (seeds seed..seed+S-1; config.num_seeds); every algorithm")
     train.set_defaults(func=_cmd_train)

@@ -137,3 +137,33 @@ def test_wandb_logs_every_iterations_statistics_and_the_envs_log(tmp_path: Path,
     runner.close()
     assert list(tmp_path.glob("wandb/offline-run-*/run-*.wandb"))  # written to disk, for `wandb sync`
     assert wandb.run is None
+
+
+def test_rlx_train_takes_an_rsl_rl_train_cfg(tmp_path: Path, capsys) -> None:
+    """``rlx train RUN_CONFIG --rsl-rl-cfg FILE``: the env, num_envs and device from the run
+    config, PPO from rsl_rl's dict, its save_interval and max_iterations for the trainer."""
+    import yaml
+
+    from rlx.run.checkpoint import latest_checkpoint, load_checkpoint
+    from rlx.run.cli import main
+
+    run_config = tmp_path / "windy.yaml"
+    run_config.write_text(
+        "env: rlx.envs:RslRlVecEnv\n"
+        "env_kwargs: {make_env: rlx.examples.windy_reach:WindyReach}\n"
+        "algorithm: ppo\n"
+        "config: {num_envs: 64, device: cpu}\n"
+        "trainer: {max_iterations: 100, eval_every: 0}\n"
+    )
+    rsl_rl = tmp_path / "agent.yaml"
+    rsl_rl.write_text(yaml.safe_dump({**CFG_5, "max_iterations": 3, "save_interval": 2}))
+    run_dir = tmp_path / "run"
+    assert main(["train", str(run_config), "--rsl-rl-cfg", str(rsl_rl), "--run-dir", str(run_dir), "--threads", "1"]) == 0
+    assert "after 4608 env steps" in capsys.readouterr().out  # 3 iterations of 64 x 24
+    saved = load_checkpoint(latest_checkpoint(run_dir))["config"]
+    assert saved["config"]["clip_grad_per_network"] and saved["config"]["kl_adaptive_lr_per_minibatch"]
+    assert saved["config"]["horizon"] == 24 and saved["trainer"]["checkpoint_every"] == 2
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump({**CFG_5, "algorithm": {**CFG_5["algorithm"], "rnd_cfg": {"weight": 1}}}))
+    assert main(["train", str(run_config), "--rsl-rl-cfg", str(bad), "--run-dir", str(tmp_path / "bad")]) == 2
+    assert "train_cfg['algorithm']['rnd_cfg']" in capsys.readouterr().err
