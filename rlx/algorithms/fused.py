@@ -77,13 +77,14 @@ class FusedUpdate:
     AdamW step of PPO's minibatch update, compiled as one program.
 
     The same arithmetic as the eager update up to float rounding: the gradient of
-    ``losses.total``, the total gradient norm clipped to ``max_grad_norm`` (torch's
-    ``clip_grad_norm_`` rule), and torch's Adam/AdamW step on the optimizer's state
-    tensors, with the learning rate the param group holds (a float or a device tensor).
+    ``losses.total``, the gradient norm clipped to ``max_grad_norm`` (torch's
+    ``clip_grad_norm_`` rule, over all parameters or, with ``clip_grad_per_network``,
+    over the actor's and the critic's apart), and torch's Adam/AdamW step on the
+    optimizer's state tensors, with the learning rate the param group holds (a float or
+    a device tensor).
     """
 
     def __init__(self, algo: PPO, compiled: bool = True) -> None:
-        self.algo = algo
         self.optimizer = algo.optimizer
         self.params = [p for p in algo.policy.model.parameters() if p.requires_grad]
         names = {id(p): n for n, p in algo.policy.model.named_parameters()}
