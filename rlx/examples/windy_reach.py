@@ -39,7 +39,7 @@ class WindyReach:
     def __init__(self, num_envs: int, device: str | torch.device = "cpu", seed: int | None = None) -> None:
         self.num_envs, self.device, self.cfg = num_envs, torch.device(device), {}
         self.generator = torch.Generator(device=self.device)
-        self.generator.manual_seed(seed if seed is not None else torch.randint(2**31, ()).item())
+        self.generator.manual_seed(seed if seed is not None else torch.randint(2**31, ()).item())  # SYNC: once, at build
         B = num_envs
         self.pos, self.vel, self.goal = (torch.zeros(B, 2, device=self.device) for _ in range(3))
         self.wind = torch.zeros(B, 2, device=self.device)
@@ -91,7 +91,7 @@ def episode_return(act, num_envs: int, device: str, seed: int = 12345) -> float:
         for _ in range(EPISODE):
             obs, rewards, _, _ = env.step(act(obs))
             total += rewards
-    return float(total.mean())
+    return float(total.mean())  # SYNC: the evaluation's result
 
 
 def mirror(obs: TensorDict, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor]:
