@@ -76,21 +76,17 @@ def run_rsl_rl(args: argparse.Namespace, schedule: str, seed: int) -> tuple[list
 
 def run_rlx(args: argparse.Namespace, schedule: str, seed: int, per_network: bool,
             per_minibatch: bool = False) -> tuple[list[float], float]:
-    from rlx import AlgorithmConfig
+    import dataclasses
+
     from rlx.envs import RslRlVecEnv
+    from rlx.runners import algorithm_config_from_rsl_rl
 
     make = lambda num_envs, device: WindyReach(num_envs, device, seed=seed)  # noqa: E731
-    adaptive = schedule == "adaptive"
-    config = AlgorithmConfig(
-        num_envs=args.num_envs, horizon=24, num_sgd_iters=5, sgd_minibatch_size=args.num_envs * 24 // 4,
-        clip_param=0.2, vf_clip_param=0.2, vf_coeff=1.0, entropy_coeff=0.005, gamma=0.99, gae_lambda=0.95,
-        max_grad_norm=1.0, optimizer_config={"lr": 1e-3}, kl_adaptive_lr=adaptive,
-        target_kl_div=0.01 if adaptive else None, kl_adaptive_lr_bounds=(1e-5, 1e-2),
-        kl_adaptive_lr_per_minibatch=adaptive and per_minibatch,
-        model_config={"hiddens": list(args.hidden), "activation_fn": "elu"},
-        obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]},
-        normalize_rewards=False, normalize_obs=False,  # rsl_rl scales neither
-        clip_grad_per_network=per_network, device=args.device, seed=seed,
+    # rsl_rl's dict as rlx's runner maps it, with the two rules under test set apart.
+    config = dataclasses.replace(
+        algorithm_config_from_rsl_rl(rsl_rl_cfg(args, schedule), args.num_envs, args.device),
+        clip_grad_per_network=per_network, kl_adaptive_lr_per_minibatch=schedule == "adaptive" and per_minibatch,
+        seed=seed,
     )
     algo = config.build(RslRlVecEnv.factory(make))
     returns, wall, done = [], 0.0, 0

@@ -164,8 +164,8 @@ class OnPolicyRunner:
         keys = self.alg.policy.actor_obs_keys or []
         if len(keys) != 1:
             raise ValueError(f"export_policy_to_jit: the actor reads {keys}; TorchScript export takes one group")
-        # SYNC: export copies the policy to the CPU, once
-        module = _OneGroup(DeployedPolicy(copy.deepcopy(self.alg.policy).cpu(), deterministic=True), keys[0])
+        policy = copy.deepcopy(self.alg.policy).cpu()  # SYNC: export copies the policy to the CPU, once
+        module = _OneGroup(DeployedPolicy(policy, deterministic=True), keys[0])
         example = self.alg.policy.observation_spec[keys[0]].zero((2,)).cpu()  # SYNC: export
         torch.jit.trace(module, (example,), check_trace=False).save(str(out))
 
