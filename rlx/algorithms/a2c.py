@@ -46,7 +46,7 @@ def a2c_losses(
     advantages: Tensor,
     returns: Tensor,
     *,
-    vf_coeff: float,
+    vf_coeff: float | Tensor,
     entropy_coeff: float | Tensor,
     num_seeds: int = 1,
 ) -> A2CLosses:
@@ -88,7 +88,7 @@ class A2C(PPO):
 
     def objective(self, out: EvalOutput, rollout: Batch) -> A2CLosses:
         inputs = (out.logp, out.entropy, out.values.float(), rollout[LOGP], rollout[ADVANTAGES], rollout[RETURNS])
-        return a2c_losses(*inputs, vf_coeff=self.config.vf_coeff, entropy_coeff=self.entropy_coeff,
+        return a2c_losses(*inputs, vf_coeff=self.hparams.get("vf_coeff"), entropy_coeff=self.entropy_coeff,
                           num_seeds=self.num_seeds)
 
 

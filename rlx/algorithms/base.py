@@ -27,6 +27,7 @@ from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.collect.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
 from rlx.core.schedulers import Schedule
 from rlx.members import Members
+from rlx.members.hparams import MemberHparams
 from rlx.members.optim import KERNEL_FLAGS, SeedAdam
 from rlx.core.yaml_types import config_to_dict
 
@@ -85,6 +86,8 @@ class Algorithm(ABC):
         # num_seeds = S members: S * B sub-envs, rows i*B:(i+1)*B for member i (rlx.members).
         self.num_seeds = config.num_seeds
         self.members = Members(self.num_seeds, self.device)
+        #: The hyperparameters that differ between members (``config.member_hparams``).
+        self.hparams = self.members.hparams = MemberHparams(config, self.device)
         self.num_envs, self.horizon = config.num_envs * self.num_seeds, config.horizon
         check_env_limits(env_cls, self.num_envs, self.horizon)
         self.env = env_cls(self.num_envs, self.horizon, device=self.device)
@@ -131,7 +134,12 @@ class Algorithm(ABC):
             config.lr_schedule, config.lr_schedule_kind, initial=config.optimizer_kwargs["lr"], name="lr_schedule"
         )
         self._set_lr(self.lr_schedule.value(0))
+        if self.hparams.varies("lr"):  # each member's LR over the config's
+            base = config.optimizer_kwargs["lr"]
+            self.members.set_lr_factors([lr / base for lr in self.hparams.values["lr"]])
         self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device, num_seeds=self.num_seeds)
+        if self.hparams.varies("gamma"):
+            self.reward_scaler.set_gamma(self.hparams.per_env("gamma", config.num_envs))
         self.amp_dtype = self.members.amp_dtype(self.device)
         self.grad_scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.enable_amp and self.amp_dtype == torch.float16
@@ -293,7 +301,7 @@ class Algorithm(ABC):
         """Clip (after unscaling AMP gradients), step the optimizer, clear gradients: each
         member apart (:meth:`rlx.members.Members.optimizer_step`)."""
         lr = (self._lr_tensor, self._lr_applied) if self._lr_tensor is not None else None
-        self.members.optimizer_step(self.optimizer, params, max_grad_norm=self.config.max_grad_norm,
+        self.members.optimizer_step(self.optimizer, params, max_grad_norm=self.hparams.get("max_grad_norm"),
                                     grad_scaler=self.grad_scaler, gate=gate, running=running, lr=lr,
                                     clip_groups=self.clip_groups)
 
@@ -316,13 +324,49 @@ class Algorithm(ABC):
             buf.get(TERMINATED)[:, :T],
             buf.get(TRUNCATED)[:, :T],
             buf.get(FINAL_VALUES)[:, :T],
-            gamma=self.config.gamma,
-            gae_lambda=self.config.gae_lambda,
+            gamma=self._per_env("gamma"),
+            gae_lambda=self._per_env("gae_lambda"),
             advantages=buf.get(ADVANTAGES)[:, :T],
             returns=buf.get(RETURNS)[:, :T],
         )
         # A member whose rollout holds NaN or inf diverged: frozen before any update.
         self.members.freeze_nonfinite_(buf.get(ADVANTAGES)[:, :T], buf.get(RETURNS)[:, :T])
+
+    def _per_env(self, name: str) -> float | Tensor:
+        """The config's ``name``, or with members that differ in it each env's (``[B, 1, 1]``)."""
+        if self.hparams.varies(name):
+            return self.hparams.per_env(name, self.config.num_envs)
+        return getattr(self.config, name)
+
+    # -- hyperparameters per member ------------------------------------------------------
+
+    def member_values(self, name: str) -> list[float]:
+        """Each member's current value of the hyperparameter ``name`` (``lr``: the LR the
+        next update applies, schedule and KL-adaptive rule included), from host mirrors."""
+        if name == "lr":
+            return self.members.learning_rates(self.lr)
+        return self.hparams.host(name)
+
+    def set_member_values(self, name: str, values: list[float]) -> None:
+        """Give each member a new value of a varied hyperparameter (PBT), in place on the
+        device. ``lr`` sets each member's factor over the current base LR."""
+        if name == "lr":
+            if self.lr <= 0:
+                raise ValueError("set_member_values('lr'): the base LR is 0 (annealed): member LRs are 0 too")
+            self.members.set_lr_factors([v / self.lr for v in values])
+            return
+        self.hparams.set(name, values)
+        self._hparams_changed(name)
+
+    def _hparams_changed(self, name: str) -> None:
+        """Refresh what derives from the member values of ``name`` (subclasses)."""
+
+    def hparam_stats(self) -> dict[str, float]:
+        """``seed{i}/hparams/{name}``: each member's value of each varied hyperparameter."""
+        out: dict[str, float] = {}
+        for name in self.hparams.names:
+            out.update(self.members.host_dict(f"hparams/{name}", self.member_values(name)))
+        return out
 
     def flat_batch(self) -> dict[str, Obs]:
         """The ``N = B * T`` samples of the rollout as flat ``[N, ...]`` entries."""
@@ -406,6 +450,8 @@ class Algorithm(ABC):
         self._set_lr(lr)
         self.grad_scaler.load_state_dict(state["grad_scaler"])
         self.members.load_state_dict(state)
+        for name in self.hparams.names:
+            self._hparams_changed(name)
         counters = state["counters"]
         self.env_steps = counters["env_steps"]
         self.num_collects = counters["num_collects"]

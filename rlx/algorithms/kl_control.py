@@ -45,13 +45,15 @@ class KLEarlyStop:
     LR, to each member's step factor.
 
     Args:
-        target: ``target_kl_div``.
+        target: ``target_kl_div``, or each member's (``[S]`` float64).
         device: Where the decision lives.
         shape: ``()``, or ``(S,)`` for S members.
     """
 
-    def __init__(self, target: float, device: torch.device, shape: tuple[int, ...] = ()) -> None:
-        self.limit = EARLY_STOP_FACTOR * float(target)
+    def __init__(self, target: float | Tensor, device: torch.device, shape: tuple[int, ...] = ()) -> None:
+        self.limit: float | Tensor = EARLY_STOP_FACTOR * float(target) if not isinstance(target, Tensor) else 0.0
+        if isinstance(target, Tensor):  # each member's target ([S], float64)
+            self.limit = (EARLY_STOP_FACTOR * target).float()
         #: 1.0 while optimizer steps apply, 0.0 once the stop triggered.
         self.open = torch.ones(shape, device=device)
         #: Optimizer steps applied (with a nonzero LR) in this ``step()``.
@@ -60,6 +62,11 @@ class KLEarlyStop:
         #: state still advances (a stopped member rides along through the epochs the
         #: others run, where a single run would have ended).
         self.running = torch.ones(shape, device=device)
+
+    def set_target(self, target: Tensor) -> None:
+        """New ``[S]`` targets, in place (members that differ in ``target_kl_div``)."""
+        assert isinstance(self.limit, Tensor)
+        self.limit.copy_(EARLY_STOP_FACTOR * target)
 
     def begin(self) -> None:
         """Start a ``step()``: every step may apply, none has."""

@@ -170,7 +170,7 @@ class NPG(Algorithm):
         advantages = batch[ADVANTAGES]
         if self.config.normalize_advantages:
             advantages = self.members.normalize(advantages)
-        lr = self.lr
+        lr, hparams = self.lr, self.hparam_stats()
         samples = Samples(self.policy.normalize(batch[OBS]), batch[OBS], batch[ACTIONS], batch[LOGP], advantages)
         actor = self.natural_step(samples)
         vf_loss = self._fit_critic(samples.obs_normalized, batch[RETURNS])
@@ -186,7 +186,7 @@ class NPG(Algorithm):
         self.members.add_activity(stats)
         stats.add("params/finite", self._params_finite(), "min")
         host = stats.to_host()  # SYNC: the stats of step()
-        out = {**{k: v for k, v in host.items() if k != "params/finite"}, "monitors/lr": lr,
+        out = {**{k: v for k, v in host.items() if k != "params/finite"}, "monitors/lr": lr, **hparams,
                "profiling/step_ms": 1e3 * (time.perf_counter() - start)}
         self._check_params_finite(host, out)
         return out
@@ -240,6 +240,8 @@ class NPG(Algorithm):
         the global batch's Fisher on every rank; with seeds, each seed's Fisher on its own
         rows (the block-diagonal Fisher of the sum of their mean KLs)."""
         damping, S = self.config.damping, self.num_seeds
+        if self.hparams.varies("damping"):  # each member's, against its row of [S, P]
+            damping = self.hparams.get("damping", theta0.dtype).view(S, 1)
 
         def params_fn(theta: Tensor) -> Tensor:
             return functional_call(self._actor_view, self._unflatten(theta), (sub.obs_normalized,))
@@ -265,7 +267,10 @@ class NPG(Algorithm):
             return torch.full((x.shape[0], 1), cfg.trust_region_size, device=x.device, dtype=x.dtype)
         xAx = row_dot(x, fvp(x))
         zero = torch.zeros((), device=x.device, dtype=x.dtype)
-        return torch.where(xAx > 0, torch.sqrt(2.0 * cfg.max_kl / torch.where(xAx > 0, xAx, 1.0)), zero)
+        two_kl = 2.0 * cfg.max_kl
+        if self.hparams.varies("max_kl"):  # each member's, [S, 1]
+            two_kl = (2.0 * self.hparams.get("max_kl", torch.float64)).to(xAx.dtype).view(xAx.shape)
+        return torch.where(xAx > 0, torch.sqrt(two_kl / torch.where(xAx > 0, xAx, 1.0)), zero)
 
     def _line_search(
         self, theta0: Tensor, direction: Tensor, scale: Tensor, sub: Samples, sub_old_dist: Distribution
@@ -298,7 +303,8 @@ class NPG(Algorithm):
                 reduced = rdist.all_reduce_(torch.cat([surr_c, kl_c, surr0.view(1, S)]), "mean")
                 C = surr_c.shape[0]
                 surr_c, kl_c, surr0 = reduced[:C], reduced[C : 2 * C], reduced[-1]
-        ok = (kl_c <= cfg.max_kl) & (surr_c > surr0) & torch.isfinite(surr_c)
+        max_kl = self.hparams.get("max_kl", kl_c.dtype)  # a float, or each member's [S]
+        ok = (kl_c <= max_kl) & (surr_c > surr0) & torch.isfinite(surr_c)
         first = torch.argmax(ok.to(torch.int8), dim=0)  # [S]: each member's largest acceptable step
         accepted = ok.any(dim=0)
         chosen = candidates.gather(0, first.view(1, S, 1).expand(1, S, candidates.shape[-1])).squeeze(0)

@@ -31,7 +31,7 @@ from rlx.core.compiling import compiled
 from rlx.core.cuda_graphs import GraphedBatchCall
 from rlx.policy import EvalOutput, Obs
 from rlx.core.schedulers import Schedule
-from rlx.members.ops import seed_means
+from rlx.members.ops import member_rows, seed_means
 from rlx.core.stats import Stats
 
 if TYPE_CHECKING:
@@ -80,10 +80,10 @@ def ppo_losses(
     advantages: Tensor,
     returns: Tensor,
     *,
-    clip_param: float,
+    clip_param: float | Tensor,
     dual_clip_param: float | None,
-    vf_clip_param: float | None,
-    vf_coeff: float,
+    vf_clip_param: float | Tensor | None,
+    vf_coeff: float | Tensor,
     entropy_coeff: float | Tensor,
     num_seeds: int = 1,
 ) -> PPOLosses:
@@ -104,22 +104,35 @@ def ppo_losses(
         old_logp, old_values, advantages, returns: ``[M, 1]`` from the rollout.
         num_seeds: ``S > 1``: the rows are S equal seed-major blocks and every term is
             ``[S]``, each seed's mean (the gradient of ``total.sum()`` is then each seed's own).
+        clip_param, vf_clip_param, vf_coeff, entropy_coeff: a float, or with ``S > 1``
+            each member's, ``[S]`` (members that differ in them; float64 gives
+            ``1 ± clip_param`` as a float's would be).
     """
     mean = seed_means(num_seeds)
     log_ratio = logp - old_logp
     ratio = torch.exp(log_ratio)
     surrogate = ratio * advantages
-    clipped = torch.clamp(ratio, 1.0 - clip_param, 1.0 + clip_param) * advantages
+    if isinstance(clip_param, Tensor):  # each member's, for its rows
+        low, high = member_rows(1.0 - clip_param, num_seeds, ratio), member_rows(1.0 + clip_param, num_seeds, ratio)
+        clip_param = member_rows(clip_param, num_seeds, ratio)
+    else:
+        low, high = 1.0 - clip_param, 1.0 + clip_param
+    clipped = torch.clamp(ratio, low, high) * advantages
     objective = torch.min(surrogate, clipped)
     if dual_clip_param is not None:
         objective = torch.where(advantages < 0, torch.max(objective, dual_clip_param * advantages), objective)
     policy_loss = -mean(objective)
     squared_error = (values - returns).square()
     if vf_clip_param is not None:
-        values_clipped = old_values + torch.clamp(values - old_values, -vf_clip_param, vf_clip_param)
+        vf_low, vf_high = -vf_clip_param, vf_clip_param
+        if isinstance(vf_clip_param, Tensor):
+            vf_low, vf_high = member_rows(vf_low, num_seeds, values), member_rows(vf_high, num_seeds, values)
+        values_clipped = old_values + torch.clamp(values - old_values, vf_low, vf_high)
         squared_error = torch.max(squared_error, (values_clipped - returns).square())
     vf_loss = 0.5 * mean(squared_error)
     entropy_loss = -mean(entropy)
+    if isinstance(vf_coeff, Tensor):
+        vf_coeff = vf_coeff.to(vf_loss.dtype)
     total = policy_loss + vf_coeff * vf_loss + entropy_coeff * entropy_loss
     with torch.no_grad():
         log_ratio = log_ratio.detach().float()
@@ -155,9 +168,11 @@ class PPO(Algorithm):
             initial=config.entropy_coeff,
             name="entropy_coeff_schedule",
         )
-        # A tensor, updated with fill_, so a captured update graph sees new values.
-        self._entropy_coeff_value = self.entropy_schedule.value(0)
-        self.entropy_coeff = torch.tensor(self._entropy_coeff_value, device=self.device)
+        # A tensor, updated in place, so a captured update graph sees new values ([S] with
+        # members that differ in it).
+        lead = self.members.lead if self.hparams.varies("entropy_coeff") else ()
+        self.entropy_coeff = torch.zeros(lead, device=self.device)
+        self._refresh_entropy_coeff()
         self.minibatches = self._minibatch_source()
         self._kl_index = self.loss_fields._fields.index("kl")  # where the KL sits in stacked losses
         self._micro_units = self._micro_batch_units()
@@ -172,7 +187,7 @@ class PPO(Algorithm):
                                      where=f"{type(config).__name__}.symmetry_fn")
         self.kl_stop = None
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
-            self.kl_stop = KLEarlyStop(config.target_kl_div, self.device, self.members.lead)
+            self.kl_stop = KLEarlyStop(self.hparams.get("target_kl_div", torch.float64), self.device, self.members.lead)
         if config.compile and not isinstance(self.env.observation_spec.zero(), Tensor):
             raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
         if config.cudagraphs:
@@ -276,18 +291,19 @@ class PPO(Algorithm):
         self.compute_advantages()
         normalize = self.members.normalize if cfg.normalize_advantages else None
         batch = self.minibatches.batch(self.buffer, self.horizon, normalize)
-        lr, entropy_coeff = self.lr, self._entropy_coeff_value
+        lr, entropy_coeff, hparams = self.lr, self._entropy_coeff_value, self.hparam_stats()
         stats, epochs_run = self.run_epochs(batch)
         self._finish_step()
-        self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
-        self.entropy_coeff.fill_(self._entropy_coeff_value)
+        self._refresh_entropy_coeff()
         host = stats.to_host()  # SYNC: the stats of step()
         member_lrs = self.members.learning_rates(lr)
         if cfg.kl_adaptive_lr_per_minibatch:  # the LR its last minibatch left, on the host
             self._set_lr(host["monitors/lr"])
         elif cfg.kl_adaptive_lr:  # each member on the KL its update reached, already on the host
             kls = self.members.host_values(host, "monitors/kl_div")
-            adapted = [adapted_lr(m_lr, kl, cfg.target_kl_div, cfg.kl_adaptive_lr_bounds) for m_lr, kl in zip(member_lrs, kls)]
+            targets = self.member_values("target_kl_div")
+            adapted = [adapted_lr(m_lr, kl, target, cfg.kl_adaptive_lr_bounds)
+                       for m_lr, kl, target in zip(member_lrs, kls, targets)]
             self._set_lr(self.members.set_learning_rates(lr, adapted))
         out = {
             **{k: v for k, v in host.items() if k != "params/finite"},
@@ -296,6 +312,7 @@ class PPO(Algorithm):
             "monitors/lr": host.get("monitors/lr", lr),
             "coefficients/entropy": entropy_coeff,
             "coefficients/vf": float(cfg.vf_coeff),
+            **hparams,
             "profiling/step_ms": 1e3 * (time.perf_counter() - start),
         }
         self._check_params_finite(host, out)
@@ -457,10 +474,10 @@ class PPO(Algorithm):
             rollout[VALUES],
             rollout[ADVANTAGES],
             rollout[RETURNS],
-            clip_param=cfg.clip_param,
+            clip_param=self.hparams.get("clip_param", torch.float64),
             dual_clip_param=cfg.dual_clip_param,
-            vf_clip_param=cfg.vf_clip_param,
-            vf_coeff=cfg.vf_coeff,
+            vf_clip_param=self.hparams.get("vf_clip_param", torch.float64),
+            vf_coeff=self.hparams.get("vf_coeff"),
             entropy_coeff=self.entropy_coeff,
             num_seeds=self.num_seeds,
         )
@@ -471,5 +488,22 @@ class PPO(Algorithm):
         # go on reading: warm up and capture again at the next step().
         self.update = self._wrapped_update()
         # The entropy coefficient is a function of the restored env-step count.
-        self._entropy_coeff_value = self.entropy_schedule.value(self.env_steps)
-        self.entropy_coeff.fill_(self._entropy_coeff_value)
+        self._refresh_entropy_coeff()
+
+    def _refresh_entropy_coeff(self) -> None:
+        """Set the entropy coefficient for the env steps so far: the schedule's value, or
+        each member's (its ``entropy_coeff``, scaled by the schedule over its first value)."""
+        base = self.entropy_schedule.value(self.env_steps)
+        self._entropy_coeff_value = base
+        if not self.hparams.varies("entropy_coeff"):
+            self.entropy_coeff.fill_(base)
+            return
+        first = self.entropy_schedule.value(0) if self.config.entropy_coeff_schedule is not None else None
+        values = [c * base / first if first else c for c in self.hparams.values["entropy_coeff"]]
+        self.entropy_coeff.copy_(torch.tensor(values, dtype=torch.float64))
+
+    def _hparams_changed(self, name: str) -> None:
+        if name == "entropy_coeff":
+            self._refresh_entropy_coeff()
+        elif name == "target_kl_div" and self.kl_stop is not None:
+            self.kl_stop.set_target(self.hparams.get("target_kl_div", torch.float64))

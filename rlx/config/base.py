@@ -110,6 +110,15 @@ class CommonConfig:
     #: statistics (``seed{i}/...``). Every algorithm, recurrent ones included (the
     #: default recurrent model stacks its LSTM/GRU cells: :mod:`rlx.members.stacked`).
     num_seeds: int = 1
+    #: Hyperparameters that differ between the ``num_seeds`` members (a sweep or a
+    #: population trained as one batch): ``{"lr": [...], "entropy_coeff": [...]}``, one
+    #: value per member, member ``i`` taking the ``i``-th of each (``lr`` is
+    #: ``optimizer_config["lr"]``). Fields that may differ: the learning rate, gamma,
+    #: GAE's lambda and max_grad_norm; PPO's and A2C's entropy_coeff and vf_coeff; PPO's
+    #: clip_param, vf_clip_param and target_kl_div; NPG's max_kl and damping. Shapes and
+    #: loops (num_envs, widths, minibatches, epochs) stay shared. See
+    #: :mod:`rlx.members.hparams`.
+    member_hparams: dict[str, list[float]] | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and self.model_cls is not None:
@@ -156,6 +165,10 @@ class CommonConfig:
         check_int(self, "num_seeds")
         if self.num_seeds > 1:
             self._check_seeds()
+        if self.member_hparams is not None:
+            from rlx.members.hparams import check_member_hparams
+
+            check_member_hparams(self)
         self._check_obs_groups()
 
     def _check_seeds(self) -> None:

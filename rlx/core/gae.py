@@ -40,7 +40,7 @@ __all__ = ["generalized_advantage_estimate", "generalized_advantage_estimate_"]
 
 def generalized_advantage_estimate(
     rewards: Tensor, values: Tensor, terminated: Tensor, truncated: Tensor, final_values: Tensor,
-    *, gamma: float, gae_lambda: float,
+    *, gamma: float | Tensor, gae_lambda: float | Tensor,
 ) -> tuple[Tensor, Tensor]:  # fmt: skip
     """Advantages and value targets of a batch of trajectories, in new tensors.
 
@@ -84,8 +84,8 @@ def generalized_advantage_estimate_(
     truncated: Tensor,
     final_values: Tensor,
     *,
-    gamma: float,
-    gae_lambda: float,
+    gamma: float | Tensor,
+    gae_lambda: float | Tensor,
     advantages: Tensor,
     returns: Tensor,
 ) -> None:
@@ -103,8 +103,10 @@ def generalized_advantage_estimate_(
         terminated: bool, shaped like ``rewards``.
         truncated: bool, shaped like ``rewards``.
         final_values: shaped like ``rewards``.
-        gamma: Discount factor in ``[0, 1]``.
-        gae_lambda: GAE trace decay in ``[0, 1]``.
+        gamma: Discount factor in ``[0, 1]``; or each env's, a ``[B, 1, 1]`` tensor (members
+            of a sweep). A float64 tensor computes ``gamma * gae_lambda`` as a float's
+            would be, before the cast to the compute dtype.
+        gae_lambda: GAE trace decay in ``[0, 1]``; or each env's, as ``gamma``.
         advantages: ``[B, T, 1]`` floating output; must not overlap any input.
         returns: Output shaped like ``advantages``; must not overlap any input or
             ``advantages``.
@@ -144,9 +146,13 @@ def generalized_advantage_estimate_(
     else:  # `where` writes only into an output of its own result dtype
         adv.copy_(torch.where(truncated, final_values, next_values))
     adv.masked_fill_(terminated, 0.0)  # after the truncation fill: terminated wins
-    adv.mul_(gamma).add_(rewards).sub_(values[:, :horizon])
+    per_env = isinstance(gamma, Tensor) or isinstance(gae_lambda, Tensor)
+    adv.mul_(gamma.to(dtype) if isinstance(gamma, Tensor) else gamma).add_(rewards).sub_(values[:, :horizon])
 
-    coeff.fill_(gamma * gae_lambda)
+    if per_env:
+        coeff.copy_((gamma * gae_lambda).expand_as(coeff))  # each env's product, then cast
+    else:
+        coeff.fill_(gamma * gae_lambda)
     coeff.masked_fill_(terminated, 0.0)
     coeff.masked_fill_(truncated, 0.0)
 

@@ -228,6 +228,8 @@ class RewardScaler(nn.Module):
             raise ValueError(f"epsilon must be >= 0, got {epsilon}")
         self.num_envs = int(num_envs)
         self.gamma = float(gamma)
+        #: ``[B]`` each env's gamma (members that differ in it), else ``None``: :meth:`set_gamma`.
+        self.gamma_rows: Tensor | None = None
         self.epsilon = float(epsilon)
         self.stats = RunningMeanStd(member_lead(num_seeds), epsilon=epsilon, device=device, sync_ranks=True)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
@@ -238,6 +240,13 @@ class RewardScaler(nn.Module):
 
     def extra_repr(self) -> str:
         return f"num_envs={self.num_envs}, gamma={self.gamma}, epsilon={self.epsilon}"
+
+    def set_gamma(self, gamma_rows: Tensor) -> None:
+        """Give each env its own gamma (``[num_envs]``, kept by reference: a change in
+        place is seen by the next update), as members that differ in gamma need."""
+        if gamma_rows.numel() != self.num_envs:
+            raise ValueError(f"gamma_rows has {gamma_rows.numel()} values; expected one per env, {self.num_envs}")
+        self.gamma_rows = gamma_rows
 
     @torch.no_grad()
     def update(self, rewards: Tensor, dones: Tensor) -> None:
@@ -276,8 +285,13 @@ class RewardScaler(nn.Module):
         # decay_t = gamma * (1 - done_t) and h_{-1} the carried return: one fused
         # multiply-add per step, in place in the history.
         history.copy_(rewards_BT)
-        decay.fill_(self.gamma).masked_fill_(dones_BT, 0.0)
-        history[:, 0].add_(self.returns, alpha=self.gamma)
+        if self.gamma_rows is None:
+            decay.fill_(self.gamma).masked_fill_(dones_BT, 0.0)
+            history[:, 0].add_(self.returns, alpha=self.gamma)
+        else:
+            gamma = self.gamma_rows.reshape(-1, 1).to(decay.dtype)
+            decay.copy_(gamma.expand_as(decay)).masked_fill_(dones_BT, 0.0)
+            history[:, 0].addcmul_(self.returns, gamma[:, 0])
         for t in range(1, horizon):
             history[:, t].addcmul_(decay[:, t - 1], history[:, t - 1])
         # The return carried into the next rollout restarts if the last step ended.

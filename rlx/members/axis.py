@@ -82,6 +82,9 @@ class Members:
         self.lr_factor = torch.ones(size, device=device)
         self._lr_factor_host = [1.0] * size
         self._one = torch.ones((), device=device)
+        #: The hyperparameters that differ between members (:mod:`rlx.members.hparams`),
+        #: set by the algorithm; ``None`` or empty when all are shared.
+        self.hparams: Any = None
 
     # -- layout ----------------------------------------------------------------------------
 
@@ -341,7 +344,10 @@ class Members:
         single run (whose checkpoints stay a single run's)."""
         if self.size == 1:
             return {}
-        return {"seeds": {"alive": self.alive.clone(), "done": self.done.clone(), "lr_factor": self.lr_factor.clone()}}
+        state = {"alive": self.alive.clone(), "done": self.done.clone(), "lr_factor": self.lr_factor.clone()}
+        if self.hparams is not None and self.hparams.names:
+            state["hparams"] = self.hparams.state_dict()
+        return {"seeds": state}
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s entries from a checkpoint's algorithm state."""
@@ -353,3 +359,5 @@ class Members:
         self._done_host = [bool(d) for d in members["done"].tolist()]  # SYNC: at load, the host mirrors
         self.lr_factor.copy_(members["lr_factor"])
         self._lr_factor_host = [float(f) for f in members["lr_factor"].tolist()]  # SYNC: at load
+        if "hparams" in members and self.hparams is not None:
+            self.hparams.load_state_dict(members["hparams"])
