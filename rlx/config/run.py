@@ -74,6 +74,9 @@ class TrainerConfig:
     progress: bool = True
     #: Write TensorBoard event files when ``torch.utils.tensorboard`` is available.
     tensorboard: bool = True
+    #: Population-based training of the algorithm's members (:class:`rlx.members.pbt.PBTConfig`'s
+    #: fields: ``{members: 16, every: 10, metric: episodes/return_mean, ...}``); ``None``: off.
+    pbt: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         for field in ("max_env_steps", "max_iterations"):
@@ -89,6 +92,10 @@ class TrainerConfig:
             value = getattr(self, field)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
                 raise ConfigError(f"TrainerConfig.{field}: must be a positive int, got {value!r}")
+        if self.pbt is not None:
+            from rlx.members.pbt import PBTConfig
+
+            PBTConfig.from_dict(self.pbt)
         for field in ("stop_at", "stop_below"):
             value = getattr(self, field)
             if value is not None and (

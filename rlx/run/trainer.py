@@ -45,6 +45,7 @@ from rlx.run.checkpoint import (
 )
 from rlx.env import env_record
 from rlx.collect.evaluation import evaluate_policy
+from rlx.members.pbt import PBT, PBTConfig
 from rlx.config.run import ALGORITHMS, RunConfig, TrainerConfig, env_factory, load_run_config
 from rlx.run.stopping import (
     MaxEnvSteps,
@@ -140,6 +141,12 @@ class Trainer:
         self._tty = sys.stdout.isatty()
         # Under torchrun every rank trains; rank 0 alone evaluates, writes and prints.
         self.is_writer = rdist.rank() == 0
+        #: Population-based training of the members (``config.pbt``), else ``None``.
+        self.pbt: PBT | None = None
+        if self.config.pbt is not None:
+            if algorithm.world_size > 1:
+                raise ValueError("TrainerConfig.pbt: not supported under torch.distributed yet (sweeps are)")
+            self.pbt = PBT(algorithm, PBTConfig.from_dict(self.config.pbt), self.run_dir)
 
     # -- config record -----------------------------------------------------------------
 
@@ -168,6 +175,7 @@ class Trainer:
             "wall_s": self.wall_s,
             "stop_conditions": [c.state_dict() for c in self.stop_conditions],
             "last_metrics": dict(self.last_metrics),
+            **({"pbt": self.pbt.state_dict()} if self.pbt is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -176,6 +184,8 @@ class Trainer:
         self.last_metrics = dict(state.get("last_metrics", {}))
         for condition, s in zip(self.stop_conditions, state["stop_conditions"]):
             condition.load_state_dict(s)
+        if self.pbt is not None and "pbt" in state:
+            self.pbt.load_state_dict(state["pbt"])
 
     def save_checkpoint(self) -> Path:
         """Write ``checkpoints/ckpt_<iteration>.pt`` atomically and prune old ones."""
@@ -223,16 +233,17 @@ class Trainer:
             # Temp files of checkpoint writes that a killed process never renamed.
             for stale in Path(self.run_dir, "checkpoints").glob(".ckpt_*.pt.tmp-*"):
                 stale.unlink(missing_ok=True)
-            metrics = self.run_dir / "metrics.jsonl"
-            if metrics.exists():
-                kept = [
-                    line
-                    for line in metrics.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("iteration", 0) <= self.iteration
-                ]
-                tmp = metrics.with_name(f".{metrics.name}.tmp-{os.getpid()}")
-                tmp.write_text("".join(line + "\n" for line in kept))
-                os.replace(tmp, metrics)  # a crash here leaves the old file whole
+            for name in ("metrics.jsonl", "lineage.jsonl"):
+                lines = self.run_dir / name
+                if lines.exists():
+                    kept = [
+                        line
+                        for line in lines.read_text().splitlines()
+                        if line.strip() and json.loads(line).get("iteration", 0) <= self.iteration
+                    ]
+                    tmp = lines.with_name(f".{lines.name}.tmp-{os.getpid()}")
+                    tmp.write_text("".join(line + "\n" for line in kept))
+                    os.replace(tmp, lines)  # a crash here leaves the old file whole
         return Path(checkpoint)
 
     def _check_resume_config(self, state: dict[str, Any], checkpoint: str | Path) -> None:
@@ -402,6 +413,8 @@ class Trainer:
         self.wall_s += time.perf_counter() - start
         metrics.update(iteration=self.iteration, env_steps=algo.env_steps, wall_s=self.wall_s)
         self._decide_stop(metrics, signals)
+        if self.pbt is not None:  # exploit and explore, every pbt.every iterations
+            metrics.update(self.pbt.step(self.iteration, metrics))
         final_eval = self.interrupted_by is None and cfg.eval_every and "eval/return_mean" not in metrics
         if self.stop_reason is not None and final_eval and self.is_writer:  # no evaluation when preempted
             metrics.update(self.evaluate())
