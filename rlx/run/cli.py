@@ -1,9 +1,11 @@
 """The ``rlx`` command: train, eval, plot, export, bench, check-env, envs.
 
     rlx train CONFIG [--set key=value ...] [--run-dir DIR] [--resume] [--seeds S] [--rsl-rl-cfg FILE]
-    rlx eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--num-envs B]
+              [--pbt members=16,every=10,metric=M,hparams=lr+entropy_coeff] [--space KEY=DIST ...]
+    rlx sweep CONFIG [--grid KEY=V1,V2 ...] [--random N --space KEY=DIST ...] [--seeds K] [--metric M]
+    rlx eval RUN_DIR_OR_CHECKPOINT [--episodes N] [--num-envs B] [--member I | --best]
     rlx plot RUN_DIR [--out FILE.png]
-    rlx export RUN_DIR [--out policy.pt]
+    rlx export RUN_DIR [--out policy.pt] [--member I | --best]
     rlx bench [--quick] [--device cuda] [--num-envs 64 1024 ...] [...]
     rlx check-env MODULE:CLASS [--num-envs B] [--steps N]
     rlx envs
@@ -90,6 +92,16 @@ def _cmd_train(args: argparse.Namespace) -> int:
     run = load_run_config(args.config, overrides)
     if args.rsl_rl_cfg is not None:
         run = _with_rsl_rl_cfg(run, args.rsl_rl_cfg)
+    if args.resume and _population_run(args):  # PBT's drawn population is the run directory's
+        run = _saved_run(args, run)
+    elif args.pbt is not None:
+        from rlx.run.sweep import parse_pbt, parse_spaces, pbt_run_config
+
+        if args.seeds is not None:
+            raise ValueError("--pbt members=N sets the population's size: drop --seeds")
+        run = pbt_run_config(run, parse_pbt(args.pbt, parse_spaces(args.space or [])))
+    elif args.space:
+        raise ValueError("--space is for --pbt (train) and --random (sweep)")
     # Under torchrun: join the process group (NCCL for CUDA training, else gloo).
     distributed = rdist.init_from_env(device_type=resolve_device(run.config.device).type)
     try:
@@ -97,6 +109,72 @@ def _cmd_train(args: argparse.Namespace) -> int:
     finally:
         if distributed:
             torch.distributed.destroy_process_group()
+
+
+def _population_run(args: argparse.Namespace) -> bool:
+    """Whether ``--run-dir`` holds a PBT run (its config.yaml has ``trainer.pbt``)."""
+    from rlx.core.yaml_types import load_yaml
+
+    saved = Path(args.run_dir or "") / "config.yaml"
+    if args.run_dir is None or not saved.is_file():
+        return False
+    data = load_yaml(saved.read_text())
+    return isinstance(data, dict) and bool((data.get("trainer") or {}).get("pbt"))
+
+
+def _saved_run(args: argparse.Namespace, run: Any) -> Any:
+    """The run config a population's run directory recorded (its drawn hyperparameters)."""
+    from rlx.config.run import RunConfig
+    from rlx.core.yaml_types import load_yaml
+
+    saved = Path(args.run_dir or "") / "config.yaml"
+    if args.run_dir is None or not saved.is_file():
+        return run
+    return RunConfig.from_dict(load_yaml(saved.read_text()), where=str(saved))
+
+
+def _cmd_sweep(args: argparse.Namespace) -> int:
+    from rlx.config.run import load_run_config
+    from rlx.run.sweep import format_table, parse_grid, parse_spaces, sweep_points, sweep_run_config, sweep_table, write_sweep
+
+    run = load_run_config(args.config, list(args.set or []))
+    if args.resume:
+        run = _saved_run(args, run)
+        points = None
+    else:
+        points = sweep_points(parse_grid(args.grid or []), args.random, parse_spaces(args.space or []), seed=args.sweep_seed)
+        run = sweep_run_config(run, points, args.seeds)
+    if args.run_dir is None:
+        args.run_dir = str(Path("runs") / f"{Path(args.config).stem}-sweep-{dt.datetime.now():%Y%m%d-%H%M%S}")
+    if points is not None:
+        print(f"sweep: {len(points)} point(s) x {args.seeds} seed(s) = {run.config.num_seeds} members in one process")
+        _writable_dir(Path(args.run_dir), f"--run-dir {args.run_dir}")
+        from rlx.run.checkpoint import latest_checkpoint
+
+        if latest_checkpoint(Path(args.run_dir)) is None:
+            write_sweep(Path(args.run_dir), points, args.seeds, args.metric)
+    status = _train(args, run)
+    metric, rows = sweep_table(args.run_dir, args.metric if args.resume else None)
+    table = format_table(metric, rows)
+    (Path(args.run_dir) / "sweep.md").write_text(table + "\n")
+    print(f"\nranked by {metric} (mean of each member's last reports; IQM over seeds, 95% bootstrap CI):")
+    print(table)
+    print(f"plots: rlx plot {args.run_dir}   best policy: rlx export {args.run_dir} --best")
+    return status
+
+
+def _member_arg(args: argparse.Namespace) -> int | None:
+    """``--member I`` (alias ``--seed``), or the best member with ``--best``."""
+    if not getattr(args, "best", False):
+        return args.seed
+    if args.seed is not None:
+        raise ValueError("--best and --member choose the member both: give one")
+    from rlx.run.sweep import best_member
+
+    run_dir = Path(args.path) if Path(args.path).is_dir() else Path(args.path).parent.parent
+    member, value, metric = best_member(run_dir)
+    print(f"best member: {member} ({metric} {value:.2f}, the mean of its last reports)")
+    return member
 
 
 def _with_rsl_rl_cfg(run: Any, path: str) -> Any:
@@ -169,7 +247,7 @@ def _cmd_eval(args: argparse.Namespace) -> int:
     from rlx.config.run import env_factory
 
     check_device_available(args.device, where="--device")
-    policy, run = policy_from_checkpoint(args.path, device=args.device, seed=args.seed)
+    policy, run = policy_from_checkpoint(args.path, device=args.device, seed=_member_arg(args))
     env = env_factory(run["env"], run.get("env_kwargs"))(args.num_envs, None, device=args.device)
     stats = evaluate_policy(policy, env, episodes=args.episodes, max_steps=args.max_steps, deterministic=not args.stochastic)
     for key, value in stats.items():
@@ -183,6 +261,17 @@ def _cmd_plot(args: argparse.Namespace) -> int:
     if args.out:
         _writable_dir(Path(args.out).parent, f"--out {args.out}")
     one = len(args.run_dir) == 1
+    if one:
+        from rlx.run.sweep_plots import is_pbt_run, is_sweep_run, plot_pbt, plot_sweep
+
+        if is_sweep_run(args.run_dir[0]):
+            out, rows = plot_sweep(args.run_dir[0], args.out, args.metric)
+            print(f"wrote {out} ({len(rows)} points; best: "
+                  + ", ".join(f"{k}={v:.4g}" for k, v in rows[0]["hparams"].items()) + f", IQM {rows[0]['iqm']:.2f})")
+            return 0
+        if is_pbt_run(args.run_dir[0]):
+            print(f"wrote {plot_pbt(args.run_dir[0], args.out, args.metric)}")
+            return 0
     if one and not is_multi_seed_run(args.run_dir[0]):
         out = plot_run(args.run_dir[0], args.out)
         print(f"wrote {out}")
@@ -211,11 +300,12 @@ def _cmd_export(args: argparse.Namespace) -> int:
     run_dir = Path(args.path) if Path(args.path).is_dir() else Path(args.path).parent
     out = Path(args.out) if args.out else run_dir / ("policy.onnx" if args.format == "onnx" else "policy.pt")
     _writable_dir(out.parent, f"--out {out}")
+    member = _member_arg(args)
     if args.format == "onnx":
-        export_onnx(args.path, out, seed=args.seed)
+        export_onnx(args.path, out, seed=member)
         print(f"wrote {out} (ONNX, one self-contained file: raw observations in, env actions out; run with onnxruntime)")
         return 0
-    export_torchscript(args.path, out, seed=args.seed)
+    export_torchscript(args.path, out, seed=member)
     print(f"wrote {out} (TorchScript; load with torch.jit.load or rlx.load_policy)")
     return 0
 
@@ -284,7 +374,39 @@ def build_parser() -> argparse.ArgumentParser:
                             "config still gives the env, num_envs, the device and the trainer")
     train.add_argument("--seeds", type=int, metavar="S",
                        help="train S independent agents at once (seeds seed..seed+S-1; config.num_seeds); every algorithm")
+    train.add_argument("--pbt", metavar="members=N,every=K,...",
+                       help="population-based training of N members in one process: every K iterations the bottom "
+                            "quarter by metric= (default episodes/return_mean) copies a top-quarter member and perturbs "
+                            "hparams= (default: the --space keys, else lr; join with +); also fraction=, resample=, "
+                            "perturb=0.8+1.25, seed=")
+    train.add_argument("--space", action="append", metavar="KEY=DIST",
+                       help="--pbt: draw the initial KEY of each member from DIST (loguniform(a,b), uniform(a,b), "
+                            "choice(v1,...)), and resample from it (repeatable)")
     train.set_defaults(func=_cmd_train)
+
+    sweep = sub.add_parser(
+        "sweep", help="train a hyperparameter sweep as one population in one process",
+        description="Train every point of a grid (--grid, the cross product) or of a random search (--random N "
+        "--space ...) with --seeds K seeds each, all as members of one batch in one process; then rank the points "
+        "by the IQM over their seeds of --metric with a 95%% bootstrap interval (sweep.md), and draw them with "
+        "rlx plot RUN_DIR.",
+    )
+    sweep.add_argument("config", help="YAML run config (as rlx train)")
+    sweep.add_argument("--grid", action="append", metavar="KEY=V1,V2",
+                       help="values of one hyperparameter, e.g. config.optimizer_config.lr=1e-4,3e-4,1e-3 (repeatable: "
+                            "the cross product)")
+    sweep.add_argument("--random", type=int, metavar="N", help="draw N points from the --space distributions")
+    sweep.add_argument("--space", action="append", metavar="KEY=DIST",
+                       help="a distribution to draw from: loguniform(a,b), uniform(a,b), choice(v1,...) (repeatable)")
+    sweep.add_argument("--seeds", type=int, default=1, metavar="K", help="seeds per point (default 1)")
+    sweep.add_argument("--metric", default="episodes/return_mean",
+                       help="the metric to rank by, higher is better (default episodes/return_mean)")
+    sweep.add_argument("--sweep-seed", type=int, default=0, help="seed of the random search's draws (default 0)")
+    sweep.add_argument("--set", action="append", metavar="KEY=VALUE", help="override a config value (as rlx train)")
+    sweep.add_argument("--run-dir", help="run directory (default: runs/<config name>-sweep-<timestamp>)")
+    sweep.add_argument("--resume", action="store_true", help="continue the sweep in --run-dir")
+    sweep.add_argument("--threads", type=_threads_arg, metavar="N|auto", help="torch CPU threads (as rlx train)")
+    sweep.set_defaults(func=_cmd_sweep)
 
     ev = sub.add_parser("eval", help="evaluate a trained policy", description="Evaluate a trained policy deterministically.")
     ev.add_argument("path", metavar="RUN_DIR_OR_CHECKPOINT", help="a run directory (newest checkpoint) or a checkpoint file")
@@ -293,7 +415,9 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--max-steps", type=int, default=10_000, help="give up after this many env steps (default 10000)")
     ev.add_argument("--stochastic", action="store_true", help="sample actions instead of taking the mode")
     ev.add_argument("--device", default="cpu", help="device for the policy and env (default cpu)")
-    ev.add_argument("--seed", type=int, help="which agent of a multi-seed run (0 <= i < num_seeds)")
+    ev.add_argument("--member", "--seed", dest="seed", type=int,
+                    help="which member of a multi-seed run, sweep or PBT population (0 <= i < num_seeds)")
+    ev.add_argument("--best", action="store_true", help="the member with the best final metric (a sweep's, else the return)")
     ev.set_defaults(func=_cmd_eval)
 
     plot = sub.add_parser(
@@ -317,7 +441,10 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--format", choices=["torchscript", "onnx"], default="torchscript",
                         help="torchscript (runs with torch alone) or onnx (pip install 'rlx[onnx]')")
     export.add_argument("--out", help="output file (default RUN_DIR/policy.pt, or policy.onnx)")
-    export.add_argument("--seed", type=int, help="which agent of a multi-seed run (0 <= i < num_seeds)")
+    export.add_argument("--member", "--seed", dest="seed", type=int,
+                        help="which member of a multi-seed run, sweep or PBT population (0 <= i < num_seeds)")
+    export.add_argument("--best", action="store_true",
+                        help="the member with the best final metric (a sweep's, else the return)")
     export.set_defaults(func=_cmd_export)
 
     bench = sub.add_parser(
