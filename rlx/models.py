@@ -38,13 +38,14 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Composite, TensorSpec
 
+from rlx.core.activations import Tanh
 from rlx.env import ACTION_MASK, group_spec
 
 __all__ = ["MLPActorCritic", "RecurrentActorCritic", "flatten_obs", "obs_feature_size", "split_actor_critic", "ACTIVATIONS", "CELLS"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
-    "tanh": nn.Tanh,
+    "tanh": Tanh,  # nn.Tanh with a faster CPU kernel (rlx.core.activations)
     "elu": nn.ELU,
     "gelu": nn.GELU,
     "silu": nn.SiLU,
