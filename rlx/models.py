@@ -38,14 +38,13 @@ from tensordict import TensorDictBase
 from torch import Tensor, nn
 from torchrl.data import Composite, TensorSpec
 
-from rlx.core.activations import Tanh
 from rlx.env import ACTION_MASK, group_spec
 
 __all__ = ["MLPActorCritic", "RecurrentActorCritic", "flatten_obs", "obs_feature_size", "split_actor_critic", "ACTIVATIONS", "CELLS"]
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {
     "relu": nn.ReLU,
-    "tanh": Tanh,  # nn.Tanh with a faster CPU kernel (rlx.core.activations)
+    "tanh": nn.Tanh,
     "elu": nn.ELU,
     "gelu": nn.GELU,
     "silu": nn.SiLU,

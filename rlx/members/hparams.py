@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["MEMBER_FIELDS", "SHARED_FIELDS", "MemberHparams", "check_member_hparams", "member_fields_of"]
+__all__ = ["MEMBER_FIELDS", "SHARED_FIELDS", "MemberHparams", "check_member_hparams", "check_member_keys", "member_fields_of"]
 
 #: The fields that may differ between members, by the config class that first has them.
 #: ``lr`` is ``optimizer_config["lr"]``.
@@ -62,6 +62,22 @@ def member_fields_of(config_cls: type) -> tuple[str, ...]:
     return tuple(f for f in fields if f == "lr" or hasattr(config_cls, f))
 
 
+def check_member_keys(config_cls: type, names: Sequence[str] | Mapping[str, Any]) -> None:
+    """Raise a :class:`~rlx.core.config_fields.ConfigError` naming the first of ``names``
+    that cannot differ between members of a ``config_cls``, and why."""
+    from rlx.core.config_fields import ConfigError
+
+    where = f"{config_cls.__name__}.member_hparams"
+    allowed = member_fields_of(config_cls)
+    for name in names:
+        if name in SHARED_FIELDS:
+            raise ConfigError(f"{where}: {name!r} cannot differ between members ({SHARED_FIELDS[name]}); "
+                              f"fields that can: {list(allowed)}")
+        if name not in allowed:
+            raise ConfigError(f"{where}: {name!r} cannot differ between members of a {config_cls.__name__}; "
+                              f"fields that can: {list(allowed)}")
+
+
 def _check_value(config: Any, name: str, i: int, value: Any) -> float:
     where = f"{type(config).__name__}.member_hparams[{name!r}][{i}]"
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
@@ -88,15 +104,9 @@ def check_member_hparams(config: Any) -> dict[str, list[float]]:
         raise ConfigError(f"{where}: needs num_seeds > 1 (one value per member), got num_seeds={config.num_seeds}")
     if not isinstance(spec, Mapping) or not spec:
         raise ConfigError(f"{where}: must map field names to lists of num_seeds values, got {spec!r}")
-    allowed = member_fields_of(type(config))
+    check_member_keys(type(config), spec)
     out: dict[str, list[float]] = {}
     for name, values in spec.items():
-        if name in SHARED_FIELDS:
-            raise ConfigError(f"{where}: {name!r} cannot differ between members ({SHARED_FIELDS[name]}); "
-                              f"fields that can: {list(allowed)}")
-        if name not in allowed:
-            raise ConfigError(f"{where}: {name!r} cannot differ between members of a {type(config).__name__}; "
-                              f"fields that can: {list(allowed)}")
         if not isinstance(values, Sequence) or isinstance(values, str) or len(values) != config.num_seeds:
             got = len(values) if isinstance(values, Sequence) and not isinstance(values, str) else repr(values)
             raise ConfigError(f"{where}[{name!r}]: needs one value per member, num_seeds={config.num_seeds}, got {got}")

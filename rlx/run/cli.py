@@ -123,14 +123,14 @@ def _population_run(args: argparse.Namespace) -> bool:
 
 
 def _saved_run(args: argparse.Namespace, run: Any) -> Any:
-    """The run config a population's run directory recorded (its drawn hyperparameters)."""
-    from rlx.config.run import RunConfig
-    from rlx.core.yaml_types import load_yaml
+    """The run config a population's run directory recorded (its drawn hyperparameters),
+    with this command's ``--set`` overrides (a new budget, say)."""
+    from rlx.config.run import load_run_config
 
     saved = Path(args.run_dir or "") / "config.yaml"
     if args.run_dir is None or not saved.is_file():
         return run
-    return RunConfig.from_dict(load_yaml(saved.read_text()), where=str(saved))
+    return load_run_config(saved, list(args.set or []))
 
 
 def _cmd_sweep(args: argparse.Namespace) -> int:

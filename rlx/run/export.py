@@ -114,7 +114,7 @@ def policy_from_checkpoint(
     algo_config = config_from_dict(ALGORITHMS[run["algorithm"]], run["config"], where="checkpoint config")
     num_seeds = getattr(algo_config, "num_seeds", 1)
     if num_seeds > 1 and seed is None:
-        raise ValueError(f"{path}: this run trained {num_seeds} seeds; pick one with --seed i (0 <= i < {num_seeds})")
+        raise ValueError(f"{path}: this run trained {num_seeds} members; pick one with --member i (0 <= i < {num_seeds}) or --best")
     if seed is not None and not 0 <= seed < num_seeds:
         raise ValueError(f"{path}: seed {seed} is not in [0, {num_seeds}): the run trained {num_seeds} seed(s)")
     env = env_factory(run["env"], run.get("env_kwargs"))(1, None, device=torch.device(device))

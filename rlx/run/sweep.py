@@ -129,7 +129,10 @@ def sweep_points(grid: dict[str, list[float]], random_n: int | None, spaces: dic
 def _with_members(run: Any, num_members: int, member_hparams: dict[str, list[float]], trainer: Any = None) -> Any:
     """``run`` with ``num_members`` members and these hyperparameters (the config's own
     value of each set to member 0's, so a field that ``None`` disables is on)."""
+    from rlx.members.hparams import check_member_keys
+
     config = run.config
+    check_member_keys(type(config), member_hparams)  # before any field is set to a member's value
     first = {k: v[0] for k, v in member_hparams.items() if k != "lr"}
     optimizer_config = dict(config.optimizer_config or {})
     if "lr" in member_hparams:

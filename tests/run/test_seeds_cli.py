@@ -47,7 +47,7 @@ def test_eight_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsys) 
     out = capsys.readouterr().out
     assert float(out.split("eval/return_mean:")[1].split()[0]) >= 400  # seed 5's agent on its own
     assert main(["eval", str(run_dir)]) == 2  # a multi-seed run needs --seed: a usage error
-    assert "this run trained 8 seeds; pick one with --seed i" in capsys.readouterr().err
+    assert "this run trained 8 members; pick one with --member i" in capsys.readouterr().err
     assert main(["export", str(run_dir), "--seed", "1", "--out", str(tmp_path / "p1.pt")]) == 0
     scripted = torch.jit.load(str(tmp_path / "p1.pt"))
     one = load_policy(run_dir, seed=1)
