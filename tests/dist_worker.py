@@ -171,6 +171,13 @@ def main() -> None:
             IndexedWalker.seeds = 2
             config = AlgorithmConfig(**common, num_seeds=2, num_sgd_iters=3, shuffle_minibatches=False,
                                      optimizer_config={"lr": 3e-2}, target_kl_div=2e-3)
+        elif mode == "ppo_sweep":  # 2 members that differ in hyperparameters, each data-parallel
+            IndexedWalker.seeds = 2
+            config = AlgorithmConfig(**common, num_seeds=2, num_sgd_iters=3, shuffle_minibatches=False,
+                                     optimizer_config={"lr": 3e-2}, target_kl_div=2e-3,
+                                     member_hparams={"lr": [3e-2, 1e-2], "entropy_coeff": [0.0, 0.02],
+                                                     "clip_param": [0.2, 0.1], "gamma": [0.95, 0.8],
+                                                     "target_kl_div": [2e-3, 5e-3]})
         elif mode == "npg_seeds":
             IndexedWalker.seeds = 2
             config = NPGConfig(**common, num_seeds=2, fvp_subsample=1.0, line_search=True, optim_critic_iters=2,

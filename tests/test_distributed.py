@@ -47,7 +47,7 @@ def _config_mismatch_messages(tmp_path: Path, mode: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["ppo", "npg", "recurrent_ppo", "rsl_rl_groups", "ppo_seeds", "npg_seeds"])
+@pytest.mark.parametrize("mode", ["ppo", "npg", "recurrent_ppo", "rsl_rl_groups", "ppo_seeds", "npg_seeds", "ppo_sweep"])
 def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: str) -> None:
     single = subprocess.run([sys.executable, WORKER, mode, "8", str(tmp_path / "single.pt")], capture_output=True,
                             text=True, timeout=120, env=_env())
@@ -59,7 +59,7 @@ def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: st
     for x, y in zip(a["params"], b["params"]):
         torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
     keys = ["losses/policy", "losses/vf", "monitors/kl_div", "episodes/return_mean"]
-    if mode.endswith("_seeds"):  # seeds replicated per rank: each seed data-parallel over the ranks
+    if mode.endswith(("_seeds", "_sweep")):  # seeds replicated per rank: each seed data-parallel over the ranks
         keys += [f"seed{i}/{k}" for i in range(2) for k in keys]
     if mode == "rsl_rl_groups":  # the env's log extras are reduced across ranks like rlx's own stats
         keys.append("env/position")

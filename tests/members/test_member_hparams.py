@@ -9,13 +9,13 @@ import math
 import pytest
 import torch
 
-from rlx import A2CConfig, AlgorithmConfig, ConfigError, NPGConfig
+from rlx import A2CConfig, AlgorithmConfig, ConfigError, NPGConfig, RecurrentAlgorithmConfig
 from rlx.core.gae import generalized_advantage_estimate_
 from rlx.core.normalization import RewardScaler
-from rlx.envs import CartPole, Pendulum
+from rlx.envs import CartPole, CartPoleNoVelocity, Pendulum
 
 B, T, S = 8, 16, 3
-BUFFER_KEYS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "final_values")
+BUFFER_KEYS = ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "final_values", "hidden", "resets")
 
 
 def _config(**kwargs) -> dict:
@@ -41,7 +41,8 @@ def _feed(multi, single, i: int) -> None:
     single.policy.model.load_state_dict(multi.policy.model.unstack(i).state_dict())
     rows = slice(i * B, (i + 1) * B)
     for key in BUFFER_KEYS:
-        single.buffer.get(key).copy_(multi.buffer.get(key)[rows])
+        if key in multi.buffer.keys():
+            single.buffer.get(key).copy_(multi.buffer.get(key)[rows])
     pairs = [(multi.reward_scaler.stats, single.reward_scaler.stats)]
     pairs += [(multi.policy.obs_normalizers[k], single.policy.obs_normalizers[k]) for k in single.policy.obs_normalizers]
     for many, one in pairs:
@@ -132,6 +133,16 @@ def test_each_a2c_member_updates_as_a_single_run_with_its_hyperparameters() -> N
     out, ones = _side_by_side(A2CConfig, Pendulum, {"sgd_minibatch_size": 64, "shuffle_minibatches": False}, hparams)
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "losses/entropy"):
+            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
+
+
+def test_each_recurrent_member_updates_as_a_single_run_with_its_hyperparameters() -> None:
+    hparams = {"lr": [0.01, 0.05, 0.1], "clip_param": [0.1, 0.2, 0.3], "gae_lambda": [0.8, 0.9, 1.0]}
+    extra = {"seq_len": 4, "sgd_minibatch_size": 32, "shuffle_minibatches": False,
+             "model_config": {"hiddens": [16], "hidden_size": 8}}
+    out, ones = _side_by_side(RecurrentAlgorithmConfig, CartPoleNoVelocity, extra, hparams)
+    for i, one in enumerate(ones):
+        for key in ("losses/policy", "losses/vf", "monitors/kl_div"):
             assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
 
 
