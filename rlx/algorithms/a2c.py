@@ -62,7 +62,7 @@ def a2c_losses(
         logp, entropy, values: ``[M, 1]`` from the current policy (with grad).
         old_logp: ``[M, 1]`` from the rollout (only for the KL monitor).
         advantages, returns: ``[M, 1]`` from GAE.
-        num_seeds: ``S > 1``: every term is ``[S]``, each seed's mean (as :func:`~rlx.algorithms.ppo.ppo_losses`).
+        num_seeds: ``S > 1``: every term is ``[S]``, each seed's mean (as :func:`~rlx.algorithms.ppo_losses.ppo_losses`).
     """
     mean = seed_means(num_seeds)
     policy_loss = -mean(logp * advantages)

@@ -27,7 +27,7 @@ from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.collect.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
 from rlx.core.schedulers import Schedule
 from rlx.members import Members
-from rlx.members.hparams import MemberHparams
+from rlx.members.hparams import MemberHparams, MemberValues
 from rlx.members.optim import KERNEL_FLAGS, SeedAdam
 from rlx.core.yaml_types import config_to_dict
 
@@ -47,7 +47,7 @@ class RolloutFns(NamedTuple):
     compile_steps: bool
 
 
-class Algorithm(ABC):
+class Algorithm(MemberValues, ABC):
     """Base of rlx's on-policy algorithms (see the subclasses for the update).
 
     Args:
@@ -331,42 +331,6 @@ class Algorithm(ABC):
         )
         # A member whose rollout holds NaN or inf diverged: frozen before any update.
         self.members.freeze_nonfinite_(buf.get(ADVANTAGES)[:, :T], buf.get(RETURNS)[:, :T])
-
-    def _per_env(self, name: str) -> float | Tensor:
-        """The config's ``name``, or with members that differ in it each env's (``[B, 1, 1]``)."""
-        if self.hparams.varies(name):
-            return self.hparams.per_env(name, self.config.num_envs)
-        return getattr(self.config, name)
-
-    # -- hyperparameters per member ------------------------------------------------------
-
-    def member_values(self, name: str) -> list[float]:
-        """Each member's current value of the hyperparameter ``name`` (``lr``: the LR the
-        next update applies, schedule and KL-adaptive rule included), from host mirrors."""
-        if name == "lr":
-            return self.members.learning_rates(self.lr)
-        return self.hparams.host(name)
-
-    def set_member_values(self, name: str, values: list[float]) -> None:
-        """Give each member a new value of a varied hyperparameter (PBT), in place on the
-        device. ``lr`` sets each member's factor over the current base LR."""
-        if name == "lr":
-            if self.lr <= 0:
-                raise ValueError("set_member_values('lr'): the base LR is 0 (annealed): member LRs are 0 too")
-            self.members.set_lr_factors([v / self.lr for v in values])
-            return
-        self.hparams.set(name, values)
-        self._hparams_changed(name)
-
-    def _hparams_changed(self, name: str) -> None:
-        """Refresh what derives from the member values of ``name`` (subclasses)."""
-
-    def hparam_stats(self) -> dict[str, float]:
-        """``seed{i}/hparams/{name}``: each member's value of each varied hyperparameter."""
-        out: dict[str, float] = {}
-        for name in self.hparams.names:
-            out.update(self.members.host_dict(f"hparams/{name}", self.member_values(name)))
-        return out
 
     def flat_batch(self) -> dict[str, Obs]:
         """The ``N = B * T`` samples of the rollout as flat ``[N, ...]`` entries."""

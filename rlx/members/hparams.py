@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["MEMBER_FIELDS", "SHARED_FIELDS", "MemberHparams", "check_member_hparams", "check_member_keys", "member_fields_of"]
+__all__ = ["MEMBER_FIELDS", "SHARED_FIELDS", "MemberHparams", "MemberValues", "check_member_hparams", "check_member_keys", "member_fields_of"]
 
 #: The fields that may differ between members, by the config class that first has them.
 #: ``lr`` is ``optimizer_config["lr"]``.
@@ -193,3 +193,49 @@ class MemberHparams:
         for name, values in state.items():
             if name in self.values:
                 self.set(name, values.tolist())
+
+
+class MemberValues:
+    """What an algorithm answers about its members' hyperparameters (a base of
+    :class:`rlx.algorithms.base.Algorithm`): their values, their change in place (PBT),
+    their statistics, and each env's value for the GAE. Reads ``self.hparams``,
+    ``self.members``, ``self.config`` and ``self.lr``."""
+
+    hparams: MemberHparams
+    members: Any
+    config: Any
+    lr: float
+
+    def _per_env(self, name: str) -> float | Tensor:
+        """The config's ``name``, or with members that differ in it each env's (``[B, 1, 1]``)."""
+        if self.hparams.varies(name):
+            return self.hparams.per_env(name, self.config.num_envs)
+        return getattr(self.config, name)
+
+    def member_values(self, name: str) -> list[float]:
+        """Each member's current value of the hyperparameter ``name`` (``lr``: the LR the
+        next update applies, schedule and KL-adaptive rule included), from host mirrors."""
+        if name == "lr":
+            return self.members.learning_rates(self.lr)
+        return self.hparams.host(name)
+
+    def set_member_values(self, name: str, values: list[float]) -> None:
+        """Give each member a new value of a varied hyperparameter (PBT), in place on the
+        device. ``lr`` sets each member's factor over the current base LR."""
+        if name == "lr":
+            if self.lr <= 0:
+                raise ValueError("set_member_values('lr'): the base LR is 0 (annealed): member LRs are 0 too")
+            self.members.set_lr_factors([v / self.lr for v in values])
+            return
+        self.hparams.set(name, values)
+        self._hparams_changed(name)
+
+    def _hparams_changed(self, name: str) -> None:
+        """Refresh what derives from the member values of ``name`` (subclasses)."""
+
+    def hparam_stats(self) -> dict[str, float]:
+        """``seed{i}/hparams/{name}``: each member's value of each varied hyperparameter."""
+        out: dict[str, float] = {}
+        for name in self.hparams.names:
+            out.update(self.members.host_dict(f"hparams/{name}", self.member_values(name)))
+        return out

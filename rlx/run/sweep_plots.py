@@ -67,6 +67,12 @@ def plot_sweep(run_dir: str | Path, out: str | Path | None = None, metric: str |
         high = [rows[i]["ci"][1] - rows[i]["iqm"] for i in order]
         ax.errorbar([xs[i] for i in order], centre, yerr=[low, high], fmt="o", color="tab:blue", capsize=3,
                     label=f"IQM over {K} seed(s), 95% CI")
+        # The marginal: every member with this value, whatever the other hyperparameters.
+        levels = sorted(set(xs))
+        if len(levels) > 1 and len(keys) > 1:
+            marginal = [iqm([v for r in rows if r["hparams"][key] == x for v in r["values"] if math.isfinite(v)] or [math.nan])
+                        for x in levels]
+            ax.plot(levels, marginal, color="black", linewidth=1.5, label="IQM of every member with this value")
         if _log_scale(xs):
             ax.set_xscale("log")
         ax.set_xlabel(key)
