@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import namedtuple
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -32,6 +33,7 @@ from rlx.core.cuda_graphs import GraphedBatchCall
 from rlx.policy import EvalOutput, Obs
 from rlx.core.schedulers import Schedule
 from rlx.algorithms.ppo_losses import PPOLosses, ppo_losses
+from rlx.members.ops import seed_means
 from rlx.core.stats import Stats
 
 if TYPE_CHECKING:
@@ -69,6 +71,7 @@ def _gather(x: Obs, index: Tensor, out: Tensor | None) -> Obs:
 #: Statistic names of the loss terms (the ``kl`` term is reported as ``monitors/kl_div``
 #: after the update instead).
 LOSS_STATS = {"total": "losses/total", "policy": "losses/policy", "vf": "losses/vf", "entropy": "losses/entropy",
+              "mirror": "losses/mirror",
               "clip_fraction": "monitors/clip_fraction"}
 
 
@@ -104,6 +107,12 @@ class PPO(Algorithm):
         if config.symmetry_fn is not None:
             self.symmetry = Symmetry(config.symmetry_fn, self.env.observation_spec, self.env.action_spec, self.device,
                                      where=f"{type(config).__name__}.symmetry_fn")
+        if config.mirror_loss_coeff is not None:
+            if not self.env.action_spec.dtype.is_floating_point:
+                raise ConfigError(f"{type(config).__name__}.mirror_loss_coeff: needs continuous actions (it compares mean "
+                                  f"actions), got a {self.env.action_spec.dtype} action spec")
+            # The update's terms gain the mirror loss, reported as losses/mirror.
+            self.loss_fields = namedtuple(f"{self.loss_fields.__name__}WithMirror", (*self.loss_fields._fields, "mirror"))
         self.kl_stop = None
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
             self.kl_stop = KLEarlyStop(self.hparams.get("target_kl_div", torch.float64), self.device, self.members.lead)
@@ -380,7 +389,13 @@ class PPO(Algorithm):
         """The policy's forward pass on a minibatch and its :attr:`loss_fields` (with grad)."""
         with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.config.enable_amp):
             out, rollout = self.minibatches.evaluate(self.policy, mb)
-        return self.objective(out, rollout)
+        terms = self.objective(out, rollout)
+        coeff = self.config.mirror_loss_coeff
+        if coeff is None:
+            return terms
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.config.enable_amp):
+            mirror = self.symmetry.mirror_loss(self.policy, mb, out, seed_means(self.num_seeds))
+        return self.loss_fields(*terms._replace(total=terms.total + coeff * mirror), mirror.detach())
 
     def objective(self, out: EvalOutput, rollout: Batch) -> PPOLosses:
         """The loss terms of the policy's outputs ``out`` on a minibatch's ``rollout`` entries."""

@@ -1,4 +1,4 @@
-"""Symmetry augmentation (rsl_rl's ``symmetry_cfg`` with ``use_data_augmentation``).
+"""Symmetry augmentation and the mirror loss (rsl_rl's ``symmetry_cfg``).
 
 A task symmetric under a mirror (a robot's left and right, a reflection of the plane)
 gives every sample a twin: the mirrored observation, whose best action is the mirrored
@@ -8,6 +8,13 @@ mirrored twin, which keeps the collect-time log-probability, value, advantage an
 return of the sample it mirrors (rsl_rl's rule: the twin is what a symmetric policy
 would have collected). :class:`Symmetry` checks at build that the mirror is an
 involution (mirroring twice gives the input back) on random observations and actions.
+
+With ``mirror_loss_coeff`` the loss gains ``coeff * mean((mu(mirror(o)) - mirror(mu(o)))^2)``
+(Mittal et al., 2024, rsl_rl's ``use_mirror_loss``): ``mu`` is the policy's mean action
+(the distribution's mode, differentiable for continuous actions), and the target side,
+the mirror of the mean on the original observation, carries no gradient. It pulls the
+policy toward symmetry directly, where augmentation only shows it mirrored samples;
+``losses/mirror`` reports it.
 """
 
 from __future__ import annotations
@@ -70,6 +77,22 @@ class Symmetry:
                 off = (back.float() - given.float()).abs().max().item()  # SYNC: build-time check
                 raise ConfigError(f"{where}: is not an involution: mirroring {name} twice changed it by up to {off:.3g} "
                                   "(a mirror applied twice must give its input back)")
+
+    def mirror_loss(self, policy: Any, mb: dict[str, Any], out: Any, mean: Callable[[Tensor], Tensor]) -> Tensor:
+        """The mirror loss of a minibatch (module docstring), each row's mean over its action
+        dims, reduced over rows by ``mean`` (each member's mean).
+
+        Args:
+            policy: The policy; its actor runs on the mirrored observations.
+            mb: The minibatch (with its mirrored twins, under augmentation: then each twin's
+                mirror is its original, and the loss is symmetric in the two).
+            out: The policy's evaluation of ``mb`` (its distribution gives the means).
+        """
+        obs, means = mb[OBS], out.dist.mode()
+        on_mirrored = policy._actor_distribution(self.fn(obs, mb[ACTIONS])[0]).mode()
+        _, target = self.fn(obs, means.detach())
+        error = (on_mirrored.float() - target.float()).square()
+        return mean(error.reshape(error.shape[0], -1).mean(dim=1, keepdim=True))
 
     def augment(self, mb: dict[str, Any]) -> dict[str, Any]:
         """``mb`` followed by its mirrored twin: twice the rows; the twin's other entries

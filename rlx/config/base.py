@@ -241,7 +241,7 @@ class MinibatchConfig(CommonConfig):
     """Fields of the first-order minibatch update that PPO and A2C share: entropy bonus,
     value weight, minibatches, micro-batches, ``compile`` and ``cudagraphs``."""
 
-    not_with_seeds: ClassVar[tuple[str, ...]] = ("accumulate_grads", "symmetry_augment")
+    not_with_seeds: ClassVar[tuple[str, ...]] = ("accumulate_grads", "symmetry_augment", "mirror_loss_coeff")
 
     #: Entropy bonus weight; ignored when ``entropy_coeff_schedule`` is set.
     entropy_coeff: float = 0.0
@@ -272,6 +272,10 @@ class MinibatchConfig(CommonConfig):
     symmetry_fn: Callable[..., Any] | None = None
     #: Double every minibatch with its mirrored twin (needs ``symmetry_fn``; one member).
     symmetry_augment: bool = False
+    #: Weight of the mirror loss, ``mean((mu(mirror(o)) - mirror(mu(o)))^2)`` of the policy's
+    #: mean action (rsl_rl's ``use_mirror_loss`` and ``mirror_loss_coeff``; needs
+    #: ``symmetry_fn`` and continuous actions; one member); ``None``: off.
+    mirror_loss_coeff: float | None = None
     #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
     #: collect, and PPO's whole minibatch update as one program where it can
     #: (:mod:`rlx.algorithms.fused`; else the update's forward pass and losses). The first collect and step
@@ -299,6 +303,9 @@ class MinibatchConfig(CommonConfig):
             fail(self, "symmetry_fn", f"must be a function, got {self.symmetry_fn!r}")
         if self.symmetry_augment and self.symmetry_fn is None:
             fail(self, "symmetry_augment", "needs symmetry_fn, the task's mirror")
+        check_float(self, "mirror_loss_coeff", low=0.0, allow_none=True)
+        if self.mirror_loss_coeff is not None and self.symmetry_fn is None:
+            fail(self, "mirror_loss_coeff", "needs symmetry_fn, the task's mirror")
         check_float(self, "entropy_coeff", low=0.0)
         if self.entropy_coeff_schedule is not None:
             check_schedule_field(self, "entropy_coeff_schedule")
@@ -373,3 +380,5 @@ def check_sequences(config: Any) -> None:
         fail(config, "compile", "is not supported for recurrent policies")
     if config.symmetry_augment:
         fail(config, "symmetry_augment", "is not supported for recurrent policies yet")
+    if config.mirror_loss_coeff is not None:
+        fail(config, "mirror_loss_coeff", "is not supported for recurrent policies yet")

@@ -101,3 +101,73 @@ def test_the_mirror_is_an_import_path_in_yaml_and_round_trips() -> None:
         config_from_dict(AlgorithmConfig, {"symmetry_fn": "rlx.examples.windy_reach:no_such_mirror"})
     with pytest.raises(ConfigError, match="AlgorithmConfig.symmetry_fn: must be a function"):
         config_from_dict(AlgorithmConfig, {"symmetry_fn": 3})
+
+
+# -- the mirror loss -------------------------------------------------------------------------
+
+WINDY = dict(num_envs=64, horizon=16, num_sgd_iters=2, sgd_minibatch_size=256, device="cpu", seed=0,
+             model_config={"hiddens": [32, 32], "activation_fn": "elu"}, normalize_rewards=False,
+             obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]}, symmetry_fn=mirror)
+
+
+def _windy(**kwargs):
+    return AlgorithmConfig(**{**WINDY, **kwargs}).build(RslRlVecEnv.factory(lambda n, d: WindyReach(n, d, seed=0)))
+
+
+def _asymmetry(algo, obs) -> torch.Tensor:
+    """mean((mu(mirror(o)) - mirror(mu(o)))^2): what the mirror loss measures and controls."""
+    with torch.no_grad():
+        means = algo.policy._actor_distribution(obs).mode()
+        on_mirrored = algo.policy._actor_distribution(mirror(obs, means)[0]).mode()
+        return (on_mirrored - mirror(obs, means)[1]).square().mean()
+
+
+def test_the_mirror_loss_is_the_mean_squared_asymmetry_of_the_mean_action_with_a_one_sided_gradient() -> None:
+    algo = _windy(mirror_loss_coeff=0.5)
+    algo.collect()
+    algo.compute_advantages()
+    mb = {k: v[:100] for k, v in algo.flat_batch().items()}
+    terms = algo.losses(mb)
+    assert algo.loss_fields._fields[-1] == "mirror"
+    torch.testing.assert_close(terms.mirror, _asymmetry(algo, mb["obs"]))
+    plain = algo.objective(*algo.minibatches.evaluate(algo.policy, mb))
+    torch.testing.assert_close(terms.total, plain.total + 0.5 * terms.mirror)
+    # Its gradient comes through mu(mirror(o)) only: mirror(mu(o)) is the fixed target.
+    params = list(algo.policy.model.parameters())
+    grads = torch.autograd.grad(terms.total - plain.total, params, allow_unused=True)
+    means = algo.policy._actor_distribution(mb["obs"]).mode().detach()
+    on_mirrored = algo.policy._actor_distribution(mirror(mb["obs"], mb["actions"])[0]).mode()
+    expected = torch.autograd.grad(0.5 * (on_mirrored - mirror(mb["obs"], means)[1]).square().mean(), params,
+                                   allow_unused=True)
+    for g, e in zip(grads, expected):
+        if e is None:
+            assert g is None or not g.any()
+        else:
+            torch.testing.assert_close(g, e, rtol=1e-5, atol=1e-7)
+
+
+def test_the_mirror_loss_makes_the_policy_symmetric() -> None:
+    """The controlled quantity: the policy's asymmetry on fresh observations after 8
+    updates, with the mirror loss against without (same seed, same data at the start)."""
+    probe = RslRlVecEnv.factory(lambda n, d: WindyReach(n, d, seed=7))(512, None, device="cpu").reset()
+    results = {}
+    for coeff in (None, 1.0):
+        algo = _windy(mirror_loss_coeff=coeff)
+        for _ in range(8):
+            algo.collect()
+            stats = algo.step()
+        results[coeff] = _asymmetry(algo, probe).item()
+        if coeff is not None:
+            assert stats["losses/mirror"] >= 0
+    assert results[1.0] < 0.5 * results[None], results  # measured: 0.0070 against 0.0266
+
+
+def test_the_mirror_loss_fields_are_checked_by_name() -> None:
+    with pytest.raises(ConfigError, match="mirror_loss_coeff: needs symmetry_fn"):
+        AlgorithmConfig(**BASE, mirror_loss_coeff=1.0)
+    with pytest.raises(ConfigError, match="mirror_loss_coeff: is not supported with num_seeds=2"):
+        AlgorithmConfig(**BASE, symmetry_fn=_flip_cartpole, mirror_loss_coeff=1.0, num_seeds=2)
+    with pytest.raises(ConfigError, match="mirror_loss_coeff: needs continuous actions"):
+        AlgorithmConfig(**BASE, symmetry_fn=_flip_cartpole, mirror_loss_coeff=1.0).build(CartPole)
+    with pytest.raises(ConfigError, match="mirror_loss_coeff: must be"):
+        AlgorithmConfig(**BASE, symmetry_fn=_flip_cartpole, mirror_loss_coeff=-1.0)
