@@ -214,7 +214,7 @@ def config_to_dict(config: Any) -> dict[str, Any]:
             return [plain(v) for v in value]
         if isinstance(value, dict):
             return {k: plain(v) for k, v in value.items()}
-        if isinstance(value, nn.Module):
+        if isinstance(value, nn.Module) or callable(value):  # an instance: no import path
             return repr(value)
         return value
 

@@ -101,3 +101,18 @@ def mirror(obs: TensorDict, actions: torch.Tensor) -> tuple[TensorDict, torch.Te
     mirrored = TensorDict({"policy": obs.get("policy") * flip[:4], "critic": obs.get("critic") * flip[4:]},
                           batch_size=obs.batch_size, device=obs.device)
     return mirrored, actions * flip[:2]
+
+
+def rsl_rl_augmentation(env=None, obs: TensorDict | None = None, actions: torch.Tensor | None = None):
+    """:func:`mirror` in rsl_rl's form (a ``symmetry_cfg``'s ``data_augmentation_func``):
+    each of ``obs`` and ``actions`` (either may be ``None``) followed by its mirror."""
+    flip = torch.tensor([-1.0, 1.0, -1.0, 1.0, -1.0, 1.0, 1.0])
+    out_obs = out_actions = None
+    if obs is not None:
+        mirrored = TensorDict({"policy": obs.get("policy") * flip[:4].to(obs.device),
+                               "critic": obs.get("critic") * flip[4:].to(obs.device)},
+                              batch_size=obs.batch_size, device=obs.device)
+        out_obs = torch.cat([obs, mirrored])
+    if actions is not None:
+        out_actions = torch.cat([actions, actions * flip[:2].to(actions.device)])
+    return out_obs, out_actions

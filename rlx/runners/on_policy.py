@@ -58,7 +58,7 @@ class OnPolicyRunner:
         logger = {"TensorboardLogWriter": "tensorboard", "WandbLogWriter": "wandb"}.get(logger, logger)
         if logger not in (None, "tensorboard", "wandb"):
             raise ConfigError(f"train_cfg['logger']: {logger!r} is not supported yet (tensorboard and wandb are)")
-        self.config = algorithm_config_from_rsl_rl(self.cfg, env.num_envs, self.device)
+        self.config = algorithm_config_from_rsl_rl(self.cfg, env.num_envs, self.device, env=env)
         self.alg = self.config.build(RslRlVecEnv.factory(lambda num_envs, device: env))
         self.save_interval = int(self.cfg.get("save_interval", 50))
         self.current_learning_iteration = 0

@@ -17,7 +17,8 @@ Both have ``num_steps_per_env``, ``obs_groups`` and an ``algorithm`` section (PP
 does the same; the gradient is clipped per network (rsl_rl's rule:
 ``clip_grad_per_network``), the adaptive schedule adapts before every minibatch's step
 (``kl_adaptive_lr_per_minibatch``, rsl_rl's placement) and rewards are not scaled
-(rsl_rl scales none). A field
+(rsl_rl scales none). ``symmetry_cfg`` maps to rlx's mirror (:class:`RslRlMirror` around
+its ``data_augmentation_func``), ``symmetry_augment`` and ``mirror_loss_coeff``. A field
 rlx cannot honour is a :class:`~rlx.config.ConfigError` naming it and why; fields that
 only steer rsl_rl's own bookkeeping (names, loggers' projects, resume paths) are read
 by the runner or ignored.
@@ -32,7 +33,47 @@ import torch
 
 from rlx.config import AlgorithmConfig, ConfigError
 
-__all__ = ["algorithm_config_from_rsl_rl"]
+__all__ = ["RslRlMirror", "algorithm_config_from_rsl_rl"]
+
+SYMMETRY_KEYS = {"use_data_augmentation", "use_mirror_loss", "data_augmentation_func", "mirror_loss_coeff", "env",
+                 "class_name"}
+
+
+class RslRlMirror:
+    """rsl_rl's symmetry function as rlx's ``symmetry_fn``.
+
+    rsl_rl calls ``data_augmentation_func(env=env, obs=obs, actions=actions)`` and gets the
+    batch followed by its mirrored copies; rlx's ``symmetry_fn(obs, actions)`` returns the
+    mirror alone, and must be an involution (checked at build). One mirrored copy is
+    taken; a function that returns more (several symmetries at once) is refused by name.
+
+    Args:
+        func: The function, or its import path (``"package.module:name"`` or
+            ``"package.module.name"``).
+        env: The env passed to it as ``env=`` (rsl_rl passes its VecEnv; ``None`` where
+            rlx builds the env itself, as ``rlx train --rsl-rl-cfg`` does).
+    """
+
+    def __init__(self, func: Any, env: Any = None) -> None:
+        from rlx.core.yaml_types import import_object
+
+        where = "train_cfg['algorithm']['symmetry_cfg']['data_augmentation_func']"
+        self.path = func if isinstance(func, str) else f"{getattr(func, '__module__', '?')}.{getattr(func, '__qualname__', func)}"
+        self.func = import_object(func, where=where) if isinstance(func, str) else func
+        if not callable(self.func):
+            raise ConfigError(f"{where}: must be a function or an import path to one, got {func!r}")
+        self.env = env
+
+    def __call__(self, obs: Any, actions: torch.Tensor) -> tuple[Any, torch.Tensor]:
+        aug_obs, aug_actions = self.func(env=self.env, obs=obs, actions=actions)
+        n = actions.shape[0]
+        if aug_actions.shape[0] != 2 * n:
+            raise ValueError(f"{self.path} returned {aug_actions.shape[0] // max(n, 1)} copies of a batch of {n}; rlx "
+                             "mirrors with one symmetry (the batch and its mirror)")
+        return aug_obs[n:], aug_actions[n:]
+
+    def __repr__(self) -> str:
+        return f"RslRlMirror({self.path})"
 
 #: Top-level keys that only steer rsl_rl's bookkeeping, and the runner reads or leaves.
 BOOKKEEPING = {"experiment_name", "run_name", "logger", "wandb_project", "neptune_project", "resume", "load_run",
@@ -85,9 +126,11 @@ def _networks(cfg: dict[str, Any]) -> dict[str, Any]:
             "where": "'actor'"}
 
 
-def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str = "cpu") -> AlgorithmConfig:
+def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str = "cpu",
+                                 env: Any = None) -> AlgorithmConfig:
     """The :class:`~rlx.config.AlgorithmConfig` that trains as rsl_rl's runner would with
-    ``cfg`` on ``num_envs`` envs (see the module docstring).
+    ``cfg`` on ``num_envs`` envs (see the module docstring); ``env`` is what a
+    ``symmetry_cfg``'s function receives as ``env=``.
 
     Raises:
         ConfigError: a field rlx cannot honour, naming it and why.
@@ -102,11 +145,9 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         _fail("'algorithm']['class_name'", f"{alg['class_name']!r} is not supported (PPO is)")
     for key in sorted(set(alg) - ALGORITHM_KEYS):
         _fail(f"'algorithm'][{key!r}", "unknown PPO field")
-    for key, why in (("rnd_cfg", "random network distillation is not supported yet"),
-                     ("symmetry_cfg", "rsl_rl's augmentation function is not mapped yet: give AlgorithmConfig a "
-                                      "symmetry_fn(obs, actions) -> mirrored (obs, actions) with symmetry_augment")):
-        if alg.get(key) is not None:
-            _fail(f"'algorithm'][{key!r}", why)
+    if alg.get("rnd_cfg") is not None:
+        _fail("'algorithm']['rnd_cfg'", "random network distillation is not supported yet")
+    symmetry = _symmetry(alg.get("symmetry_cfg"), env)
     if alg.get("normalize_advantage_per_mini_batch"):
         _fail("'algorithm']['normalize_advantage_per_mini_batch'", "rlx normalizes advantages over the whole batch")
     if cfg.get("torch_compile_mode"):
@@ -145,5 +186,22 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         model_config={"hiddens": nets["actor"], "critic_hiddens": nets["critic"], "activation_fn": nets["activation"],
                       "log_std_init": math.log(nets["init_std"])},
         obs_groups={k: list(v) for k, v in obs_groups.items() if k in ("actor", "critic")} if obs_groups else None,
-        device=device, seed=cfg.get("seed"),
+        device=device, seed=cfg.get("seed"), **symmetry,
     )
+
+
+def _symmetry(cfg: dict[str, Any] | None, env: Any) -> dict[str, Any]:
+    """The rlx fields of rsl_rl's ``symmetry_cfg`` (none without one)."""
+    if cfg is None:
+        return {}
+    where = "'algorithm']['symmetry_cfg'"
+    if not isinstance(cfg, dict):
+        _fail(where, f"must be a mapping, got {cfg!r}")
+    for key in sorted(set(cfg) - SYMMETRY_KEYS):
+        _fail(f"{where}][{key!r}", f"unknown field (rlx maps {sorted(SYMMETRY_KEYS - {'env', 'class_name'})})")
+    if cfg.get("data_augmentation_func") is None:
+        _fail(f"{where}]['data_augmentation_func'", "is needed: the mirror of observations and actions")
+    mirror_loss = bool(cfg.get("use_mirror_loss", False))
+    return {"symmetry_fn": RslRlMirror(cfg["data_augmentation_func"], cfg.get("env", env)),
+            "symmetry_augment": bool(cfg.get("use_data_augmentation", False)),
+            "mirror_loss_coeff": float(cfg.get("mirror_loss_coeff", 0.0)) if mirror_loss else None}

@@ -65,7 +65,8 @@ def test_rsl_rl_3x_fields_map_too() -> None:
 
 @pytest.mark.parametrize("change, message", [
     (lambda c: c["algorithm"].update(rnd_cfg={"weight": 1.0}), r"\['algorithm'\]\['rnd_cfg'\]: random network"),
-    (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}), "augmentation function is not mapped"),
+    (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}), "data_augmentation_func'\]: is needed"),
+    (lambda c: c["algorithm"].update(symmetry_cfg={"data_augmentation_func": "x:y", "mirror": 1}), r"\['mirror'\]: unknown"),
     (lambda c: c["algorithm"].update(normalize_advantage_per_mini_batch=True), "normalize_advantage_per_mini_batch"),
     (lambda c: c["algorithm"].update(num_mini_batches=5), "5 does not divide"),
     (lambda c: c["algorithm"].update(optimizer="lamb"), "'lamb' is not one of"),
@@ -167,3 +168,41 @@ def test_rlx_train_takes_an_rsl_rl_train_cfg(tmp_path: Path, capsys) -> None:
     bad.write_text(yaml.safe_dump({**CFG_5, "algorithm": {**CFG_5["algorithm"], "rnd_cfg": {"weight": 1}}}))
     assert main(["train", str(run_config), "--rsl-rl-cfg", str(bad), "--run-dir", str(tmp_path / "bad")]) == 2
     assert "train_cfg['algorithm']['rnd_cfg']" in capsys.readouterr().err
+
+
+SYMMETRY = {"use_data_augmentation": True, "use_mirror_loss": True, "mirror_loss_coeff": 0.5,
+            "data_augmentation_func": "rlx.examples.windy_reach:rsl_rl_augmentation"}
+
+
+def test_rsl_rls_symmetry_cfg_maps_to_the_mirror_augmentation_and_mirror_loss() -> None:
+    from tensordict import TensorDict
+
+    from rlx.examples.windy_reach import mirror, rsl_rl_augmentation
+
+    cfg = copy.deepcopy(CFG_5)
+    cfg["algorithm"]["symmetry_cfg"] = SYMMETRY
+    c = algorithm_config_from_rsl_rl(cfg, num_envs=64)
+    assert c.symmetry_augment and c.mirror_loss_coeff == 0.5
+    obs = TensorDict({"policy": torch.randn(5, 4), "critic": torch.randn(5, 3)}, batch_size=[5])
+    actions = torch.randn(5, 2)
+    (o, a), (o2, a2) = c.symmetry_fn(obs, actions), mirror(obs, actions)
+    assert torch.equal(a, a2) and torch.equal(o["policy"], o2["policy"]) and torch.equal(o["critic"], o2["critic"])
+    off = copy.deepcopy(cfg)
+    off["algorithm"]["symmetry_cfg"] = {**SYMMETRY, "use_mirror_loss": False, "data_augmentation_func": rsl_rl_augmentation}
+    c = algorithm_config_from_rsl_rl(off, num_envs=64)
+    assert c.symmetry_augment and c.mirror_loss_coeff is None and "rsl_rl_augmentation" in repr(c.symmetry_fn)
+
+
+def test_the_runner_trains_with_rsl_rls_symmetry_and_refuses_several_copies(tmp_path: Path) -> None:
+    cfg = copy.deepcopy(CFG_5)
+    cfg["algorithm"]["symmetry_cfg"] = SYMMETRY
+    runner = OnPolicyRunner(WindyReach(64, "cpu", seed=0), cfg, log_dir=None, device="cpu")
+    runner.learn(2)
+    assert runner.alg.loss_fields._fields[-1] == "mirror"
+
+    def three_copies(env=None, obs=None, actions=None):
+        return torch.cat([obs, obs, obs]), torch.cat([actions, actions, actions])
+
+    cfg["algorithm"]["symmetry_cfg"] = {**SYMMETRY, "data_augmentation_func": three_copies}
+    with pytest.raises(ConfigError, match="returned 3 copies of a batch of 16; rlx mirrors with one symmetry"):
+        OnPolicyRunner(WindyReach(64, "cpu", seed=0), cfg, log_dir=None, device="cpu")
