@@ -318,6 +318,7 @@ class Algorithm(MemberValues, ABC):
         rewards = buf.get(REWARDS)[:, :T]
         if self.config.normalize_rewards:
             rewards = self.reward_scaler.scale_rewards(rewards, out=self._scaled_rewards)
+        rewards = self._with_intrinsic_rewards(rewards)
         generalized_advantage_estimate_(
             rewards,
             buf.get(VALUES),
@@ -331,6 +332,11 @@ class Algorithm(MemberValues, ABC):
         )
         # A member whose rollout holds NaN or inf diverged: frozen before any update.
         self.members.freeze_nonfinite_(buf.get(ADVANTAGES)[:, :T], buf.get(RETURNS)[:, :T])
+
+    def _with_intrinsic_rewards(self, rewards: Tensor) -> Tensor:
+        """The ``[B, T, 1]`` rewards GAE reads, with any intrinsic reward added (PPO's RND);
+        the extrinsic ones as they are."""
+        return rewards
 
     def flat_batch(self) -> dict[str, Obs]:
         """The ``N = B * T`` samples of the rollout as flat ``[N, ...]`` entries."""

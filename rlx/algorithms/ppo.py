@@ -9,6 +9,7 @@ epoch when the KL early stop is on, and one for the returned statistics.
 
 from __future__ import annotations
 
+import copy
 import sys
 import time
 from collections import namedtuple
@@ -26,11 +27,13 @@ from rlx.models import split_actor_critic
 from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
 from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
+from rlx.algorithms.rnd import RND, RNDConfig
 from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.core.compiling import compiled
 from rlx.core.cuda_graphs import GraphedBatchCall
-from rlx.policy import EvalOutput, Obs
+from rlx.env import OBS, TERMINATED, TRUNCATED
+from rlx.policy import EvalOutput, Obs, flatten_time
 from rlx.core.schedulers import Schedule
 from rlx.algorithms.ppo_losses import PPOLosses, ppo_losses
 from rlx.members.ops import seed_means
@@ -113,6 +116,14 @@ class PPO(Algorithm):
                                   f"actions), got a {self.env.action_spec.dtype} action spec")
             # The update's terms gain the mirror loss, reported as losses/mirror.
             self.loss_fields = namedtuple(f"{self.loss_fields.__name__}WithMirror", (*self.loss_fields._fields, "mirror"))
+        #: Random network distillation (``config.rnd``), else ``None``.
+        self.rnd: RND | None = None
+        if config.rnd is not None:
+            self.rnd = RND(RNDConfig.from_dict(config.rnd), self.env.observation_spec, self.num_envs, config.gamma,
+                           self.device, where=f"{type(config).__name__}.rnd")
+        self._rnd_loss = torch.zeros((), device=self.device)
+        self._rnd_steps = 0
+        self._intrinsic = torch.zeros((), device=self.device)
         self.kl_stop = None
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
             self.kl_stop = KLEarlyStop(self.hparams.get("target_kl_div", torch.float64), self.device, self.members.lead)
@@ -304,6 +315,11 @@ class PPO(Algorithm):
             if self._lr_applied is not None:
                 self._lr_applied.copy_(self._lr_tensor)  # the groups hold the base LR between steps
         self.members.add_activity(stats)
+        if self.rnd is not None:
+            stats.add("losses/rnd", self._rnd_loss / max(self._rnd_steps, 1))
+            stats.add("rnd/intrinsic_reward", self._intrinsic.clone())
+            self._rnd_loss.zero_()
+            self._rnd_steps = 0
         if self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
             stats.add("monitors/lr", self._lr_tensor.clone())
         stats.add("params/finite", self._params_finite(), "min")
@@ -383,6 +399,9 @@ class PPO(Algorithm):
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
                 gate, running = self.kl_stop.gate(kl, self.members.active()), self.kl_stop.running
             self.optimizer_step(self._update_params, gate, running)
+            if self.rnd is not None:  # the predictor's own step on this minibatch
+                self._rnd_loss += self.rnd.train_step(mb[OBS])
+                self._rnd_steps += 1
         return stats
 
     def losses(self, mb: Batch) -> tuple:
@@ -418,11 +437,30 @@ class PPO(Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
+        if self.rnd is not None:
+            self.rnd.load_extra_state(state["rnd"])
         # Loading replaced the optimizer's state tensors, which a captured update would
         # go on reading: warm up and capture again at the next step().
         self.update = self._wrapped_update()
         # The entropy coefficient is a function of the restored env-step count.
         self._refresh_entropy_coeff()
+
+    def _with_intrinsic_rewards(self, rewards: Tensor) -> Tensor:
+        if self.rnd is None:
+            return rewards
+        buf, T = self.buffer, self.horizon
+        next_obs = buf.get(OBS)[:, 1 : T + 1]  # the observation each step led to
+        self.rnd.update_state_stats(flatten_time(next_obs))
+        dones = buf.get(TERMINATED)[:, :T] | buf.get(TRUNCATED)[:, :T]
+        intrinsic = self.rnd.intrinsic_rewards(next_obs, dones, self.env_steps)
+        self._intrinsic = intrinsic.mean()
+        return torch.add(rewards, intrinsic, out=self._scaled_rewards)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.rnd is not None:
+            state["rnd"] = copy.deepcopy(self.rnd.extra_state())
+        return state
 
     def _refresh_entropy_coeff(self) -> None:
         """Set the entropy coefficient for the env steps so far: the schedule's value, or

@@ -12,7 +12,7 @@ the YAML typing in :mod:`rlx.core.yaml_types`.
 from __future__ import annotations
 
 import math
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from rlx.algorithms.a2c import A2C, RecurrentA2C
 from rlx.algorithms.base import Algorithm
@@ -52,7 +52,7 @@ class AlgorithmConfig(MinibatchConfig):
         >>> step_stats = algo.step()
     """
 
-    not_with_seeds: ClassVar[tuple[str, ...]] = (*MinibatchConfig.not_with_seeds, "kl_adaptive_lr_per_minibatch")
+    not_with_seeds: ClassVar[tuple[str, ...]] = (*MinibatchConfig.not_with_seeds, "kl_adaptive_lr_per_minibatch", "rnd")
 
     algorithm_cls: ClassVar[type[Algorithm]] = PPO
     supports_seeds: ClassVar[bool] = True
@@ -91,9 +91,20 @@ class AlgorithmConfig(MinibatchConfig):
     #: on CartPole, ``benchmarks/kl_control.py``; the update-level rule holds 1.0x). One
     #: member; not with ``accumulate_grads``.
     kl_adaptive_lr_per_minibatch: bool = False
+    #: Random network distillation (rsl_rl's ``rnd_cfg``): an intrinsic reward for novel
+    #: states, ``{weight: 0.5, obs_keys: [policy], ...}`` (the fields of
+    #: :class:`rlx.algorithms.rnd.RNDConfig`); ``None``: off. One member; not with
+    #: ``cudagraphs``, a recurrent policy or ``compile``'s fused update.
+    rnd: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.rnd is not None:
+            from rlx.algorithms.rnd import RNDConfig
+
+            RNDConfig.from_dict(self.rnd, where=f"{type(self).__name__}.rnd")
+            if self.cudagraphs:
+                fail(self, "rnd", "is not supported with cudagraphs yet (the predictor's step is not captured)")
         for field in ("accumulate_grads", "kl_adaptive_lr", "kl_adaptive_lr_per_minibatch"):
             check_bool(self, field)
         if self.kl_adaptive_lr_per_minibatch:

@@ -382,3 +382,5 @@ def check_sequences(config: Any) -> None:
         fail(config, "symmetry_augment", "is not supported for recurrent policies yet")
     if config.mirror_loss_coeff is not None:
         fail(config, "mirror_loss_coeff", "is not supported for recurrent policies yet")
+    if getattr(config, "rnd", None) is not None:
+        fail(config, "rnd", "is not supported for recurrent policies yet")

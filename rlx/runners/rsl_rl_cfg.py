@@ -18,7 +18,8 @@ does the same; the gradient is clipped per network (rsl_rl's rule:
 ``clip_grad_per_network``), the adaptive schedule adapts before every minibatch's step
 (``kl_adaptive_lr_per_minibatch``, rsl_rl's placement) and rewards are not scaled
 (rsl_rl scales none). ``symmetry_cfg`` maps to rlx's mirror (:class:`RslRlMirror` around
-its ``data_augmentation_func``), ``symmetry_augment`` and ``mirror_loss_coeff``. A field
+its ``data_augmentation_func``), ``symmetry_augment`` and ``mirror_loss_coeff``; ``rnd_cfg``
+to rlx's ``rnd`` (:mod:`rlx.algorithms.rnd`), its state the ``rnd_state`` observation group. A field
 rlx cannot honour is a :class:`~rlx.config.ConfigError` naming it and why; fields that
 only steer rsl_rl's own bookkeeping (names, loggers' projects, resume paths) are read
 by the runner or ignored.
@@ -145,9 +146,8 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         _fail("'algorithm']['class_name'", f"{alg['class_name']!r} is not supported (PPO is)")
     for key in sorted(set(alg) - ALGORITHM_KEYS):
         _fail(f"'algorithm'][{key!r}", "unknown PPO field")
-    if alg.get("rnd_cfg") is not None:
-        _fail("'algorithm']['rnd_cfg'", "random network distillation is not supported yet")
     symmetry = _symmetry(alg.get("symmetry_cfg"), env)
+    rnd = _rnd(alg.get("rnd_cfg"), cfg.get("obs_groups") or {}, num_envs, env)
     if alg.get("normalize_advantage_per_mini_batch"):
         _fail("'algorithm']['normalize_advantage_per_mini_batch'", "rlx normalizes advantages over the whole batch")
     if cfg.get("torch_compile_mode"):
@@ -186,8 +186,53 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         model_config={"hiddens": nets["actor"], "critic_hiddens": nets["critic"], "activation_fn": nets["activation"],
                       "log_std_init": math.log(nets["init_std"])},
         obs_groups={k: list(v) for k, v in obs_groups.items() if k in ("actor", "critic")} if obs_groups else None,
-        device=device, seed=cfg.get("seed"), **symmetry,
+        device=device, seed=cfg.get("seed"), **symmetry, rnd=rnd,
     )
+
+
+RND_KEYS = {"weight", "weight_schedule", "reward_normalization", "state_normalization", "learning_rate", "num_outputs",
+            "predictor_hidden_dims", "target_hidden_dims", "activation", "class_name", "num_states", "obs_groups",
+            "device"}
+
+
+def _rnd(cfg: dict[str, Any] | None, obs_groups: dict[str, Any], num_envs: int, env: Any) -> dict[str, Any] | None:
+    """rlx's ``rnd`` settings from rsl_rl's ``rnd_cfg`` (``None`` without one). rsl_rl
+    scales the weight by the env's ``unwrapped.step_dt`` (Isaac Lab's), when the env has
+    one; its weight schedule counts vectorized env steps, rlx's env transitions
+    (``num_envs`` each)."""
+    if cfg is None:
+        return None
+    where = "'algorithm']['rnd_cfg'"
+    if not isinstance(cfg, dict):
+        _fail(where, f"must be a mapping, got {cfg!r}")
+    for key in sorted(set(cfg) - RND_KEYS):
+        _fail(f"{where}][{key!r}", f"unknown field (rlx maps {sorted(RND_KEYS - {'class_name', 'num_states', 'obs_groups', 'device'})})")
+    weight = float(cfg.get("weight", 0.0))
+    step_dt = getattr(getattr(env, "unwrapped", None), "step_dt", None)
+    if isinstance(step_dt, (int, float)):
+        weight *= float(step_dt)
+    out: dict[str, Any] = {
+        "weight": weight, "learning_rate": float(cfg.get("learning_rate", 1e-3)),
+        "embedding_dim": int(cfg.get("num_outputs", 1)), "activation": str(cfg.get("activation", "elu")),
+        "predictor_hiddens": [int(w) for w in cfg.get("predictor_hidden_dims", [-1, -1])],
+        "target_hiddens": [int(w) for w in cfg.get("target_hidden_dims", [-1, -1])],
+        "normalize_state": bool(cfg.get("state_normalization", False)),
+        "normalize_reward": bool(cfg.get("reward_normalization", False)),
+        "obs_keys": list(obs_groups.get("rnd_state", ["policy"])),
+    }
+    schedule = cfg.get("weight_schedule")
+    if schedule:
+        mode = schedule.get("mode", "constant")
+        final = float(schedule.get("final_value", weight))
+        if mode == "step":
+            out["weight_schedule"] = [(0, weight), (int(schedule["final_step"]) * num_envs, final)]
+        elif mode == "linear":
+            start, end = int(schedule["initial_step"]) * num_envs, int(schedule["final_step"]) * num_envs
+            out["weight_schedule"] = [*([(0, weight)] if start > 0 else []), (start, weight), (end, final)]
+            out["weight_schedule_kind"] = "interp"
+        elif mode != "constant":
+            _fail(f"{where}]['weight_schedule']['mode'", f"{mode!r} is not one of ['constant', 'linear', 'step']")
+    return out
 
 
 def _symmetry(cfg: dict[str, Any] | None, env: Any) -> dict[str, Any]:

@@ -64,7 +64,8 @@ def test_rsl_rl_3x_fields_map_too() -> None:
 
 
 @pytest.mark.parametrize("change, message", [
-    (lambda c: c["algorithm"].update(rnd_cfg={"weight": 1.0}), r"\['algorithm'\]\['rnd_cfg'\]: random network"),
+    (lambda c: c["algorithm"].update(rnd_cfg={"weight": 1.0, "gamma": 0.9}), r"\['rnd_cfg'\]\['gamma'\]: unknown field"),
+    (lambda c: c["algorithm"].update(rnd_cfg={"weight_schedule": {"mode": "cosine"}}), "'cosine' is not one of"),
     (lambda c: c["algorithm"].update(symmetry_cfg={"use_data_augmentation": True}), "data_augmentation_func'\]: is needed"),
     (lambda c: c["algorithm"].update(symmetry_cfg={"data_augmentation_func": "x:y", "mirror": 1}), r"\['mirror'\]: unknown"),
     (lambda c: c["algorithm"].update(normalize_advantage_per_mini_batch=True), "normalize_advantage_per_mini_batch"),
@@ -206,3 +207,24 @@ def test_the_runner_trains_with_rsl_rls_symmetry_and_refuses_several_copies(tmp_
     cfg["algorithm"]["symmetry_cfg"] = {**SYMMETRY, "data_augmentation_func": three_copies}
     with pytest.raises(ConfigError, match="returned 3 copies of a batch of 16; rlx mirrors with one symmetry"):
         OnPolicyRunner(WindyReach(64, "cpu", seed=0), cfg, log_dir=None, device="cpu")
+
+
+RND_CFG = {"weight": 0.5, "weight_schedule": {"mode": "linear", "initial_step": 10, "final_step": 100, "final_value": 0.1},
+           "reward_normalization": True, "state_normalization": True, "learning_rate": 1e-3, "num_outputs": 8,
+           "predictor_hidden_dims": [-1, 32], "target_hidden_dims": [-1, 32]}
+
+
+def test_rsl_rls_rnd_cfg_maps_to_rlxs_rnd_and_trains() -> None:
+    cfg = copy.deepcopy(CFG_5)
+    cfg["obs_groups"]["rnd_state"] = ["critic"]
+    cfg["algorithm"]["rnd_cfg"] = RND_CFG
+    c = algorithm_config_from_rsl_rl(cfg, num_envs=64)
+    assert c.rnd == {"weight": 0.5, "learning_rate": 1e-3, "embedding_dim": 8, "activation": "elu",
+                     "predictor_hiddens": [-1, 32], "target_hiddens": [-1, 32], "normalize_state": True,
+                     "normalize_reward": True, "obs_keys": ["critic"],
+                     "weight_schedule": [(0, 0.5), (640, 0.5), (6400, 0.1)], "weight_schedule_kind": "interp"}
+    runner = OnPolicyRunner(WindyReach(64, "cpu", seed=0), cfg, log_dir=None, device="cpu")
+    runner.learn(2)
+    rnd = runner.alg.rnd
+    assert rnd.predictor[0].in_features == 3 and rnd.predictor[0].out_features == 3  # -1: the state's size
+    assert rnd.schedule.value(64 * 55) == pytest.approx(0.5 + (0.1 - 0.5) * 45 / 90)  # rsl_rl's step 55

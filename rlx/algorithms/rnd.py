@@ -1,0 +1,212 @@
+"""Random network distillation (Burda et al., 2018, https://arxiv.org/abs/1810.12894; rsl_rl's
+``rnd_cfg``, Schwarke et al., 2023): an intrinsic reward for states the agent has rarely seen.
+
+A *target* network with fixed random weights embeds a state; a *predictor* network is
+trained to reproduce that embedding on the states the policy visits. On familiar states
+the predictor is accurate; on novel ones it is not, and its error is the novelty bonus.
+
+In rlx (``AlgorithmConfig.rnd``):
+
+* the intrinsic reward of transition ``t`` is ``weight * ||target(s) - predictor(s)||``
+  at the observation the step led to (the buffer's column ``t + 1``; as rsl_rl, the
+  first observation of the next episode after an episode end), computed for the whole
+  ``[B, T]`` rollout at once before GAE and added to the (scaled) extrinsic reward, so the
+  critic learns their sum. The episode statistics stay extrinsic;
+* the predictor takes one Adam step per PPO minibatch on the mean squared embedding
+  error of the minibatch's observations (its own optimizer and learning rate);
+* optionally the RND state is normalized by its running mean and std
+  (``normalize_state``; updated with every rollout, before the rewards are computed), and
+  the intrinsic reward is divided by the running std of its discounted return
+  (``normalize_reward``, rlx's :class:`~rlx.core.normalization.RewardScaler`);
+* ``weight_schedule``: ``[(env_steps, weight), ...]`` with ``weight_schedule_kind``
+  ``"step"`` or ``"interp"``, over the env steps collected so far (this rollout's included).
+
+``step()`` reports ``losses/rnd`` (the predictor's loss, mean over minibatches) and
+``rnd/intrinsic_reward`` and ``rnd/weight``. Checkpoints hold both networks, the
+predictor's optimizer and the normalizers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from rlx.core.config_fields import ConfigError
+from rlx.core.normalization import RewardScaler, RunningMeanStd
+from rlx.core.schedulers import Schedule
+
+__all__ = ["RND", "RNDConfig"]
+
+
+@dataclasses.dataclass
+class RNDConfig:
+    """The settings of random network distillation (``AlgorithmConfig.rnd``, a mapping
+    of these fields)."""
+
+    #: Scale of the intrinsic reward (in the units of the scaled extrinsic reward).
+    weight: float = 0.0
+    #: The top-level observation keys of the RND state (a Composite observation); ``None``:
+    #: every float observation entry.
+    obs_keys: list[str] | None = None
+    #: Hidden widths of the predictor and of the target (-1: the RND state's size, as rsl_rl).
+    predictor_hiddens: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    target_hiddens: list[int] = dataclasses.field(default_factory=lambda: [256, 256])
+    #: Width of the embedding both networks output.
+    embedding_dim: int = 16
+    #: Activation between the hidden layers.
+    activation: str = "elu"
+    #: The predictor's Adam learning rate.
+    learning_rate: float = 1e-3
+    #: Normalize the RND state by its running mean and std.
+    normalize_state: bool = False
+    #: Divide the intrinsic reward by the running std of its discounted return.
+    normalize_reward: bool = False
+    #: ``[(env_steps, weight), ...]``; ``None``: ``weight`` throughout.
+    weight_schedule: list[tuple[int, float]] | None = None
+    #: ``"step"`` or ``"interp"``.
+    weight_schedule_kind: str = "step"
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str = "AlgorithmConfig.rnd") -> RNDConfig:
+        if isinstance(data, RNDConfig):
+            return data
+        if not isinstance(data, Mapping):
+            raise ConfigError(f"{where}: must be a mapping of RND settings, got {data!r}")
+        fields = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(data) - fields)
+        if unknown:
+            raise ConfigError(f"{where}: unknown key(s) {unknown}; keys are {sorted(fields)}")
+        out = cls(**data)
+        out.check(where)
+        return out
+
+    def check(self, where: str) -> None:
+        from rlx.models import ACTIVATIONS
+
+        def bad(field: str, message: str) -> None:
+            raise ConfigError(f"{where}.{field}: {message}")
+
+        if isinstance(self.weight, bool) or not isinstance(self.weight, (int, float)) or self.weight < 0:
+            bad("weight", f"must be a number >= 0, got {self.weight!r}")
+        if not isinstance(self.learning_rate, (int, float)) or not self.learning_rate > 0:
+            bad("learning_rate", f"must be > 0, got {self.learning_rate!r}")
+        for field in ("predictor_hiddens", "target_hiddens"):
+            widths = getattr(self, field)
+            if not isinstance(widths, (list, tuple)) or any(isinstance(w, bool) or not isinstance(w, int) or (w < 1 and w != -1)
+                                                            for w in widths):
+                bad(field, f"must be a list of positive ints (or -1: the state's size), got {widths!r}")
+        if isinstance(self.embedding_dim, bool) or not isinstance(self.embedding_dim, int) or self.embedding_dim < 1:
+            bad("embedding_dim", f"must be a positive int, got {self.embedding_dim!r}")
+        if self.activation not in ACTIVATIONS:
+            bad("activation", f"{self.activation!r} is not one of {sorted(ACTIVATIONS)}")
+        if self.obs_keys is not None and (not isinstance(self.obs_keys, (list, tuple)) or not self.obs_keys
+                                          or not all(isinstance(k, str) for k in self.obs_keys)):
+            bad("obs_keys", f"must be a non-empty list of observation keys, got {self.obs_keys!r}")
+        if self.weight_schedule_kind not in ("step", "interp"):
+            bad("weight_schedule_kind", f"must be 'step' or 'interp', got {self.weight_schedule_kind!r}")
+
+
+def _mlp(sizes: list[int], activation: type[nn.Module]) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+        layers.append(nn.Linear(a, b))
+        if i < len(sizes) - 2:
+            layers.append(activation())
+    return nn.Sequential(*layers)
+
+
+class RND(nn.Module):
+    """The predictor, the target, their optimizer and normalizers (module docstring).
+
+    Args:
+        config: :class:`RNDConfig`.
+        observation_spec: The env's observation spec (the RND state's keys are checked
+            against it).
+        num_envs: ``B`` (the intrinsic reward's scaler keeps a return per env).
+        gamma: The discount of the intrinsic reward's normalizer.
+        device: Where everything lives.
+    """
+
+    def __init__(self, config: RNDConfig, observation_spec: Any, num_envs: int, gamma: float,
+                 device: torch.device, *, where: str = "AlgorithmConfig.rnd") -> None:
+        super().__init__()
+        from torchrl.data import Composite
+
+        from rlx.models import ACTIVATIONS, flatten_obs
+
+        self.config = config
+        self._flatten = flatten_obs
+        if config.obs_keys is not None:
+            if not isinstance(observation_spec, Composite):
+                raise ConfigError(f"{where}.obs_keys: names keys of a Composite observation, but the env's observation "
+                                  "is a tensor (leave obs_keys out)")
+            missing = [k for k in config.obs_keys if k not in observation_spec.keys()]
+            if missing:
+                raise ConfigError(f"{where}.obs_keys: {missing} not in the observation (keys: "
+                                  f"{sorted(observation_spec.keys())})")
+            observation_spec = Composite({k: observation_spec[k] for k in config.obs_keys}, device=observation_spec.device)
+        self.spec = observation_spec
+        sample = observation_spec.zero((1,))
+        size = flatten_obs(sample, observation_spec).shape[-1]
+        act = ACTIVATIONS[config.activation]
+        def widths(hiddens: list[int]) -> list[int]:
+            return [size if w == -1 else w for w in hiddens]
+
+        self.predictor = _mlp([size, *widths(config.predictor_hiddens), config.embedding_dim], act).to(device)
+        self.target = _mlp([size, *widths(config.target_hiddens), config.embedding_dim], act).to(device)
+        self.target.requires_grad_(False)
+        self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=config.learning_rate)
+        self.state_stats = RunningMeanStd((size,), device=device, sync_ranks=True) if config.normalize_state else None
+        self.reward_scaler = RewardScaler(num_envs, gamma, device=device) if config.normalize_reward else None
+        self.schedule = Schedule(config.weight_schedule, config.weight_schedule_kind, initial=float(config.weight),
+                                 name="rnd.weight_schedule")
+
+    def state(self, obs: Any) -> Tensor:
+        """``[N, D]`` the RND state of raw observations (normalized when configured)."""
+        x = self._flatten(obs, self.spec)
+        if self.state_stats is not None:
+            x = self.state_stats.normalize(x).float()
+        return x
+
+    def update_state_stats(self, obs: Any) -> None:
+        if self.state_stats is not None:
+            self.state_stats.update(self._flatten(obs, self.spec))
+
+    @torch.no_grad()
+    def intrinsic_rewards(self, next_obs: Any, dones: Tensor, env_steps: int) -> Tensor:
+        """``[B, T, 1]`` intrinsic rewards of a rollout from ``next_obs`` (``[B, T, ...]``,
+        the observation each step led to) and its episode ends (``[B, T, 1]`` bool)."""
+        B, T = dones.shape[:2]
+        flat = next_obs.reshape(B * T, *next_obs.shape[2:]) if isinstance(next_obs, Tensor) else next_obs.reshape(B * T)
+        s = self.state(flat)
+        error = torch.linalg.vector_norm(self.target(s) - self.predictor(s), dim=-1).view(B, T, 1)
+        if self.reward_scaler is not None:
+            self.reward_scaler.update(error, dones)
+            error = self.reward_scaler.scale_rewards(error)
+        return self.schedule.value(env_steps) * error
+
+    def loss(self, obs: Any) -> Tensor:
+        """The predictor's mean squared embedding error on a minibatch of raw observations."""
+        with torch.no_grad():
+            s = self.state(obs)
+            target = self.target(s)
+        return (self.predictor(s) - target).square().mean()
+
+    def train_step(self, obs: Any) -> Tensor:
+        """One Adam step of the predictor on ``obs``; returns its loss (detached)."""
+        loss = self.loss(obs)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        self.optimizer.step()
+        return loss.detach()
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"module": self.state_dict(), "optimizer": self.optimizer.state_dict()}
+
+    def load_extra_state(self, state: Mapping[str, Any]) -> None:
+        self.load_state_dict(state["module"])
+        self.optimizer.load_state_dict(state["optimizer"])

@@ -1,0 +1,97 @@
+"""Random network distillation (rsl_rl's rnd_cfg): the intrinsic reward, what GAE sees,
+the predictor's learning, checkpoints and the refusals."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlx import AlgorithmConfig, RecurrentAlgorithmConfig
+from rlx.config import ConfigError
+from rlx.core.gae import generalized_advantage_estimate
+from rlx.envs import CartPole, RslRlVecEnv
+from rlx.examples.windy_reach import WindyReach
+
+RND = {"weight": 0.5, "predictor_hiddens": [32], "target_hiddens": [32], "embedding_dim": 8, "learning_rate": 3e-3}
+BASE = dict(num_envs=16, horizon=16, sgd_minibatch_size=64, num_sgd_iters=2, device="cpu", seed=0,
+            normalize_rewards=False, model_config={"hiddens": [32, 32]})
+
+
+def test_gae_sees_the_extrinsic_plus_the_weighted_embedding_error_of_the_next_observation() -> None:
+    algo = AlgorithmConfig(**BASE, rnd=RND).build(CartPole)
+    algo.collect()
+    buf, T = algo.buffer, algo.horizon
+    next_obs = buf.get("obs")[:, 1 : T + 1]
+    with torch.no_grad():
+        error = torch.linalg.vector_norm(algo.rnd.target(next_obs) - algo.rnd.predictor(next_obs), dim=-1, keepdim=True)
+    rewards = buf.get("rewards")[:, :T].clone()
+    algo.compute_advantages()
+    adv, ret = generalized_advantage_estimate(rewards + 0.5 * error, buf.get("values"), buf.get("terminated")[:, :T],
+                                              buf.get("truncated")[:, :T], buf.get("final_values")[:, :T],
+                                              gamma=algo.config.gamma, gae_lambda=algo.config.gae_lambda)
+    torch.testing.assert_close(buf.get("advantages")[:, :T], adv)
+    torch.testing.assert_close(buf.get("returns")[:, :T], ret)
+    assert torch.equal(buf.get("rewards")[:, :T], rewards)  # the buffer keeps the extrinsic rewards
+    assert error.min() > 0
+
+
+def test_the_predictor_learns_the_states_the_policy_visits() -> None:
+    """The quantity RND controls: the novelty bonus of familiar states falls as the
+    predictor trains on them, and stays high on states never visited."""
+    algo = AlgorithmConfig(**BASE, rnd={**RND, "normalize_state": True}).build(CartPole)
+    bonuses = []
+    for _ in range(15):
+        algo.collect()
+        stats = algo.step()
+        bonuses.append(stats["rnd/intrinsic_reward"])
+        assert stats["losses/rnd"] > 0
+    assert bonuses[-1] < 0.3 * bonuses[0], bonuses
+    visited = algo.buffer.get("obs")[:, :algo.horizon].reshape(-1, 4)
+    novel = visited + torch.tensor([3.0, 0.0, 0.5, 0.0])  # far off the cart positions it saw
+    with torch.no_grad():
+        def error(x):
+            s = algo.rnd.state(x)
+            return torch.linalg.vector_norm(algo.rnd.target(s) - algo.rnd.predictor(s), dim=-1).mean()
+        assert error(novel) > 3 * error(visited)
+
+
+def test_rnd_resumes_exactly() -> None:
+    def run(resume_at: int | None) -> list[torch.Tensor]:
+        make = lambda: AlgorithmConfig(**BASE, rnd={**RND, "normalize_state": True, "normalize_reward": True}).build(CartPole)  # noqa: E731
+        algo = make()
+        for k in range(3):
+            if k == resume_at:
+                state = algo.state_dict()
+                algo = make()
+                algo.load_state_dict(state)
+            algo.collect()
+            algo.step()
+        return [p.detach().clone() for p in [*algo.policy.parameters(), *algo.rnd.predictor.parameters()]]
+
+    for a, b in zip(run(None), run(2)):
+        assert torch.equal(a, b)
+
+
+def test_rnd_reads_the_observation_keys_it_is_given() -> None:
+    env = RslRlVecEnv.factory(lambda n, d: WindyReach(n, d, seed=0))
+    algo = AlgorithmConfig(**{**BASE, "obs_groups": {"actor": ["policy"]}}, rnd={**RND, "obs_keys": ["critic"]}).build(env)
+    assert algo.rnd.predictor[0].in_features == 3  # the critic group: wind x, y and mass
+    algo.collect()
+    assert "losses/rnd" in algo.step()
+    with pytest.raises(ConfigError, match=r"AlgorithmConfig.rnd.obs_keys: \['wind'\] not in the observation"):
+        AlgorithmConfig(**BASE, rnd={**RND, "obs_keys": ["wind"]}).build(env)
+
+
+def test_bad_rnd_settings_are_refused_by_name() -> None:
+    with pytest.raises(ConfigError, match=r"AlgorithmConfig.rnd: unknown key\(s\) \['weights'\]"):
+        AlgorithmConfig(**BASE, rnd={"weights": 1.0})
+    with pytest.raises(ConfigError, match="AlgorithmConfig.rnd.weight: must be a number >= 0"):
+        AlgorithmConfig(**BASE, rnd={"weight": -1})
+    with pytest.raises(ConfigError, match="rnd: is not supported with num_seeds=2"):
+        AlgorithmConfig(**BASE, rnd=RND, num_seeds=2)
+    with pytest.raises(ConfigError, match="rnd: is not supported for recurrent policies"):
+        RecurrentAlgorithmConfig(**BASE, rnd=RND)
+    with pytest.raises(ConfigError, match="obs_keys: names keys of a Composite observation"):
+        AlgorithmConfig(**BASE, rnd={**RND, "obs_keys": ["policy"]}).build(CartPole)
+    with pytest.raises(ConfigError, match="rnd: is not supported with cudagraphs"):
+        AlgorithmConfig(**{**BASE, "device": "cpu"}, rnd=RND, cudagraphs=True)
