@@ -166,7 +166,7 @@ def test_rlx_train_takes_an_rsl_rl_train_cfg(tmp_path: Path, capsys) -> None:
     assert saved["config"]["clip_grad_per_network"] and saved["config"]["kl_adaptive_lr_per_minibatch"]
     assert saved["config"]["horizon"] == 24 and saved["trainer"]["checkpoint_every"] == 2
     bad = tmp_path / "bad.yaml"
-    bad.write_text(yaml.safe_dump({**CFG_5, "algorithm": {**CFG_5["algorithm"], "rnd_cfg": {"weight": 1}}}))
+    bad.write_text(yaml.safe_dump({**CFG_5, "algorithm": {**CFG_5["algorithm"], "rnd_cfg": {"weight": 1, "gamma": 0.9}}}))
     assert main(["train", str(run_config), "--rsl-rl-cfg", str(bad), "--run-dir", str(tmp_path / "bad")]) == 2
     assert "train_cfg['algorithm']['rnd_cfg']" in capsys.readouterr().err
 
