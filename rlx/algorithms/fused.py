@@ -51,7 +51,7 @@ def fused_unsupported(algo: PPO) -> str | None:
         return "the KL early stop (target_kl_div without kl_adaptive_lr)"
     if cfg.kl_adaptive_lr_per_minibatch:
         return "kl_adaptive_lr_per_minibatch"
-    if cfg.rnd is not None:
+    if getattr(cfg, "rnd", None) is not None:
         return "rnd (the predictor's own step)"
     if cfg.symmetry_augment or cfg.mirror_loss_coeff is not None:
         return "symmetry_augment and mirror_loss_coeff"

@@ -118,7 +118,7 @@ class PPO(Algorithm):
             self.loss_fields = namedtuple(f"{self.loss_fields.__name__}WithMirror", (*self.loss_fields._fields, "mirror"))
         #: Random network distillation (``config.rnd``), else ``None``.
         self.rnd: RND | None = None
-        if config.rnd is not None:
+        if getattr(config, "rnd", None) is not None:  # PPO's (A2C has none)
             self.rnd = RND(RNDConfig.from_dict(config.rnd), self.env.observation_spec, self.num_envs, config.gamma,
                            self.device, where=f"{type(config).__name__}.rnd")
         self._rnd_loss = torch.zeros((), device=self.device)
