@@ -29,13 +29,14 @@ predictor's optimizer and the normalizers.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 from collections.abc import Mapping
 from typing import Any
 
 import torch
 from torch import Tensor, nn
 
-from rlx.core.config_fields import ConfigError
+from rlx.core.config_fields import ConfigError, settings_from_dict
 from rlx.core.normalization import RewardScaler, RunningMeanStd
 from rlx.core.schedulers import Schedule
 
@@ -72,15 +73,7 @@ class RNDConfig:
 
     @classmethod
     def from_dict(cls, data: Any, where: str = "AlgorithmConfig.rnd") -> RNDConfig:
-        if isinstance(data, RNDConfig):
-            return data
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"{where}: must be a mapping of RND settings, got {data!r}")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - fields)
-        if unknown:
-            raise ConfigError(f"{where}: unknown key(s) {unknown}; keys are {sorted(fields)}")
-        out = cls(**data)
+        out = settings_from_dict(cls, data, where)
         out.check(where)
         return out
 
@@ -112,7 +105,7 @@ class RNDConfig:
 
 def _mlp(sizes: list[int], activation: type[nn.Module]) -> nn.Sequential:
     layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
+    for i, (a, b) in enumerate(itertools.pairwise(sizes)):
         layers.append(nn.Linear(a, b))
         if i < len(sizes) - 2:
             layers.append(activation())

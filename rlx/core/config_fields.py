@@ -9,12 +9,12 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rlx.core.schedulers import check_schedule
 
-__all__ = ["ConfigError", "config_dataclass", "did_you_mean", "foreign_field_hint", "fail", "check_int", "check_float", "check_bool", "check_schedule_field"]
+__all__ = ["ConfigError", "config_dataclass", "did_you_mean", "foreign_field_hint", "fail", "check_int", "check_float", "check_bool", "check_schedule_field", "settings_from_dict"]
 
 
 class ConfigError(ValueError, TypeError):
@@ -111,3 +111,16 @@ def check_bool(owner: Any, field: str) -> None:
     if not isinstance(getattr(owner, field), bool):
         fail(owner, field, f"must be a bool, got {getattr(owner, field)!r}")
 
+
+def settings_from_dict(cls: type, data: Any, where: str) -> Any:
+    """The settings dataclass ``cls`` from a mapping of its fields (``data`` itself when it
+    already is one); an unknown key is refused naming ``where``, the keys and the valid ones."""
+    if isinstance(data, cls):
+        return data
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where}: must be a mapping of settings, got {data!r}")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(data) - fields)
+    if unknown:
+        raise ConfigError(f"{where}: unknown key(s) {unknown}; keys are {sorted(fields)}")
+    return cls(**data)

@@ -31,7 +31,7 @@ import torch
 from torch import Tensor
 
 from rlx.core._sync import allowed_sync
-from rlx.core.config_fields import ConfigError
+from rlx.core.config_fields import ConfigError, settings_from_dict
 
 if TYPE_CHECKING:
     from rlx.algorithms.base import Algorithm
@@ -137,15 +137,7 @@ class PBTConfig:
 
     @classmethod
     def from_dict(cls, data: Any) -> PBTConfig:
-        if isinstance(data, PBTConfig):
-            return data
-        if not isinstance(data, Mapping):
-            raise ConfigError(f"trainer.pbt: must be a mapping of PBT settings, got {data!r}")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - fields)
-        if unknown:
-            raise ConfigError(f"trainer.pbt: unknown key(s) {unknown}; keys are {sorted(fields)}")
-        return cls(**data)
+        return settings_from_dict(cls, data, "trainer.pbt")
 
     def spaces(self) -> dict[str, SearchSpace]:
         return {k: parse_space(str(v), where=f"trainer.pbt.space.{k}") for k, v in (self.space or {}).items()}
@@ -285,8 +277,7 @@ class PBT:
         self.rounds += 1
         if self.path is not None:
             with open(self.path, "a") as f:
-                for e in events:
-                    f.write(json.dumps(e) + "\n")
+                f.writelines(json.dumps(e) + "\n" for e in events)
         return {"pbt/copies": float(len(pairs))}
 
     def _explore(self, name: str, value: float) -> float:

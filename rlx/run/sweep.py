@@ -49,7 +49,7 @@ def hparam_key(path: str, *, where: str) -> str:
     """``config.optimizer_config.lr`` or ``lr`` -> ``lr``; ``config.entropy_coeff`` ->
     ``entropy_coeff``."""
     key = path.strip()
-    key = key[len("config."):] if key.startswith("config.") else key
+    key = key.removeprefix("config.")
     key = "lr" if key == "optimizer_config.lr" else key
     if not re.fullmatch(r"[a-z_][a-z0-9_]*", key):
         raise ConfigError(f"{where}: {path!r} is not a config field a member can vary (such as "
