@@ -28,6 +28,7 @@ _moved.install()  # modules that moved into packages keep their old import paths
 _EXPORTS = {
     "A2C": "rlx.algorithms.a2c",
     "A2CConfig": "rlx.config",
+    "DistillationConfig": "rlx.config",
     "Algorithm": "rlx.algorithms.base",
     "PPO": "rlx.algorithms.ppo",
     "AlgorithmConfig": "rlx.config",
@@ -57,6 +58,7 @@ if TYPE_CHECKING:
     from rlx.algorithms.recurrent_ppo import RecurrentPPO
     from rlx.config import (
         A2CConfig,
+        DistillationConfig,
         AlgorithmConfig,
         CommonConfig,
         ConfigError,

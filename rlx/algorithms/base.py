@@ -108,6 +108,14 @@ class Algorithm(MemberValues, ABC):
             obs_groups=config.obs_groups,
             num_seeds=self.num_seeds,
         )
+        if config.init_policy is not None:  # a trained start (a distilled student, say)
+            from rlx.run.checkpoint import load_policy_state
+
+            where = f"{type(config).__name__}.init_policy"
+            try:
+                self.policy.load_state_dict(load_policy_state(config.init_policy, where=where))
+            except RuntimeError as e:
+                raise ConfigError(f"{where}: its policy does not fit this config's ({str(e).splitlines()[0]})") from e
         if self.device.type == "cpu" and self.members.can_cut_passes:
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
         fns = self._rollout_fns()

@@ -11,11 +11,13 @@ the YAML typing in :mod:`rlx.core.yaml_types`.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any, ClassVar, Literal
 
 from rlx.algorithms.a2c import A2C, RecurrentA2C
 from rlx.algorithms.base import Algorithm
+from rlx.algorithms.distillation import Distillation
 from rlx.algorithms.npg import NPG
 from rlx.algorithms.ppo import PPO
 from rlx.algorithms.recurrent_ppo import RecurrentPPO
@@ -28,6 +30,7 @@ __all__ = [
     "AlgorithmConfig",
     "CommonConfig",
     "ConfigError",
+    "DistillationConfig",
     "MinibatchConfig",
     "NPGConfig",
     "RecurrentA2CConfig",
@@ -173,6 +176,53 @@ class A2CConfig(MinibatchConfig):
     entropy_coeff: float = 0.01
     #: Max global gradient norm (A2C's 0.5); ``None`` disables clipping.
     max_grad_norm: float | None = 0.5
+
+
+@config_dataclass
+class DistillationConfig(CommonConfig):
+    """Config of teacher-student distillation (rsl_rl's ``Distillation``; see
+    :mod:`rlx.algorithms.distillation`): the student (this config's model, on its
+    ``obs_groups``' actor keys) collects and regresses its mean action on a trained
+    teacher's.
+
+    Example:
+        >>> from rlx import DistillationConfig
+        >>> student = DistillationConfig(teacher="runs/teacher", obs_groups={"actor": ["policy"]},
+        ...                              num_envs=256).build(MyEnv)  # doctest: +SKIP
+    """
+
+    algorithm_cls: ClassVar[type[Algorithm]] = Distillation
+    supports_seeds: ClassVar[bool] = True
+
+    #: The teacher: a ``rlx train`` run directory or checkpoint, or an OnPolicyRunner
+    #: checkpoint (``model_<it>.pt``).
+    teacher: str | None = None
+    #: Which member of a multi-member teacher run (``None`` for a single run).
+    teacher_member: int | None = None
+    #: ``"mse"`` or ``"huber"`` between the student's and the teacher's mean actions.
+    loss_type: Literal["mse", "huber"] = "mse"
+    #: Epochs over each rollout.
+    num_sgd_iters: int = 1
+    #: Samples per minibatch (of each member); ``None``: the whole rollout.
+    sgd_minibatch_size: int | None = None
+    #: Max gradient norm of the student; ``None`` disables clipping (rsl_rl's default).
+    max_grad_norm: float | None = None
+    #: Learning rate (rsl_rl's distillation default).
+    optimizer_config: dict[str, Any] | None = dataclasses.field(default_factory=lambda: {"lr": 1e-3})
+    #: The student's collect samples actions: start from a small std (as rsl_rl's student).
+    model_config: dict[str, Any] | None = dataclasses.field(default_factory=lambda: {"log_std_init": math.log(0.1)})
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not isinstance(self.teacher, str) or not self.teacher:
+            fail(self, "teacher", f"must be the path of the teacher's run directory or checkpoint, got {self.teacher!r}")
+        check_int(self, "teacher_member", minimum=0, allow_none=True)
+        if self.loss_type not in ("mse", "huber"):
+            fail(self, "loss_type", f"must be 'mse' or 'huber', got {self.loss_type!r}")
+        check_int(self, "num_sgd_iters")
+        self._check_minibatch_size("sgd_minibatch_size")
+        if self.member_hparams:
+            fail(self, "member_hparams", "is not supported by DistillationConfig yet")
 
 
 @config_dataclass

@@ -119,6 +119,10 @@ class CommonConfig:
     #: loops (num_envs, widths, minibatches, epochs) stay shared. See
     #: :mod:`rlx.members.hparams`.
     member_hparams: dict[str, list[float]] | None = None
+    #: Start from the policy (weights and normalizers) of this checkpoint or run directory,
+    #: whose model must be this config's: PPO fine-tuning a distilled student, say. The
+    #: optimizer and everything else start fresh.
+    init_policy: str | None = None
 
     def __post_init__(self) -> None:
         if self.model is not None and self.model_cls is not None:
@@ -170,6 +174,8 @@ class CommonConfig:
 
             check_member_hparams(self)
         self._check_obs_groups()
+        if self.init_policy is not None and (not isinstance(self.init_policy, str) or not self.init_policy):
+            fail(self, "init_policy", f"must be the path of a checkpoint or run directory, got {self.init_policy!r}")
 
     def _check_seeds(self) -> None:
         """What ``num_seeds > 1`` supports so far, refused by name otherwise."""

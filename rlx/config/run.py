@@ -18,7 +18,15 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from rlx.config import A2CConfig, AlgorithmConfig, CommonConfig, NPGConfig, RecurrentA2CConfig, RecurrentAlgorithmConfig
+from rlx.config import (
+    A2CConfig,
+    AlgorithmConfig,
+    CommonConfig,
+    DistillationConfig,
+    NPGConfig,
+    RecurrentA2CConfig,
+    RecurrentAlgorithmConfig,
+)
 from rlx.core.config_fields import ConfigError, config_dataclass, did_you_mean
 from rlx.core.yaml_types import config_from_dict, config_to_dict, import_object, load_yaml
 
@@ -31,6 +39,7 @@ ALGORITHMS: dict[str, type[CommonConfig]] = {
     "recurrent_ppo": RecurrentAlgorithmConfig,
     "a2c": A2CConfig,
     "recurrent_a2c": RecurrentA2CConfig,
+    "distillation": DistillationConfig,
 }
 
 

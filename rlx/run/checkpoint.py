@@ -27,8 +27,10 @@ __all__ = [
     "config_differences",
     "latest_checkpoint",
     "load_checkpoint",
+    "load_policy_state",
     "load_resumable",
     "newest_readable_checkpoint",
+    "read_checkpoint",
     "save_checkpoint_atomic",
 ]
 
@@ -184,3 +186,20 @@ def checkpoint_path(path: str | Path) -> Path:
     if not path.exists():
         raise FileNotFoundError(f"no run directory or checkpoint at {path}")
     return path
+
+
+def read_checkpoint(path: str | Path) -> dict[str, Any]:
+    """A checkpoint file's contents, or a run directory's newest readable checkpoint's."""
+    return newest_readable_checkpoint(path)[1] if Path(path).is_dir() else load_checkpoint(checkpoint_path(path))
+
+
+def load_policy_state(path: str | Path, *, where: str) -> dict[str, Any]:
+    """The policy state (weights and normalizers) of a checkpoint or run directory.
+
+    Raises:
+        ValueError: naming ``where``, when none can be read there.
+    """
+    try:
+        return read_checkpoint(path)["algorithm"]["policy"]
+    except (OSError, ValueError, KeyError) as e:
+        raise ValueError(f"{where}: cannot read a policy from {path} ({e})") from e

@@ -34,6 +34,7 @@ from rlx import __version__
 from rlx.config import ConfigError
 from rlx.envs.rsl_rl import RslRlVecEnv
 from rlx.run.checkpoint import load_checkpoint, save_checkpoint_atomic
+from rlx.core.yaml_types import config_to_dict
 from rlx.runners.rsl_rl_cfg import algorithm_config_from_rsl_rl
 
 __all__ = ["OnPolicyRunner"]
@@ -118,7 +119,9 @@ class OnPolicyRunner:
         """Write the algorithm's whole state, the iteration and ``train_cfg`` to ``path``
         (atomically)."""
         payload = {"format": RUNNER_CHECKPOINT, "rlx_version": __version__, "algorithm": self.alg.state_dict(),
-                   "iter": self.current_learning_iteration, "infos": infos, "train_cfg": self.cfg}
+                   "iter": self.current_learning_iteration, "infos": infos, "train_cfg": self.cfg,
+                   # The config the policy was built with (what a distillation reads of its teacher).
+                   "config": {"algorithm": "ppo", "config": config_to_dict(self.config)}}
         save_checkpoint_atomic(payload, path)
 
     def load(self, path: str, load_cfg: dict[str, Any] | None = None, strict: bool = True,

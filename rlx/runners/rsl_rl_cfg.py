@@ -143,7 +143,8 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         _fail(repr(unknown[0]), f"unknown field (rlx maps {sorted(known - BOOKKEEPING)})")
     alg = dict(cfg.get("algorithm") or {})
     if alg.get("class_name", "PPO") != "PPO":
-        _fail("'algorithm']['class_name'", f"{alg['class_name']!r} is not supported (PPO is)")
+        _fail("'algorithm']['class_name'", f"{alg['class_name']!r} is not supported (PPO is; for a student of a "
+                                           "trained teacher use rlx's DistillationConfig(teacher=CHECKPOINT))")
     for key in sorted(set(alg) - ALGORITHM_KEYS):
         _fail(f"'algorithm'][{key!r}", "unknown PPO field")
     symmetry = _symmetry(alg.get("symmetry_cfg"), env)

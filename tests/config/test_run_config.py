@@ -14,7 +14,7 @@ def test_run_config_errors_name_the_key_and_its_place(tmp_path) -> None:
     base = {"env": "rlx.envs:CartPole", "algorithm": "ppo", "config": {"num_envs": 8}, "trainer": {"max_env_steps": 100}}
     cases = [
         ({**base, "trainr": {}}, r"run.yaml.trainr: unknown top-level key; did you mean 'trainer'\?"),
-        ({**base, "algorithm": "sac"}, r"run.yaml.algorithm: must be one of \['a2c', 'npg', 'ppo', 'recurrent_a2c', 'recurrent_ppo'\]"),
+        ({**base, "algorithm": "sac"}, r"run.yaml.algorithm: must be one of \['a2c', 'distillation', 'npg', 'ppo', 'recurrent_a2c', 'recurrent_ppo'\]"),
         ({**base, "config": {"num_envs": "many"}}, r"run.yaml.config.num_envs: must be an integer"),
         ({**base, "trainer": {"max_env_step": 1}}, r"run.yaml.trainer.max_env_step: unknown key; did you mean 'max_env_steps'\?"),
         ({**base, "env": "rlx.envs:NoSuchEnv"}, r"env: module 'rlx.envs' has no attribute 'NoSuchEnv'"),

@@ -1,0 +1,167 @@
+"""Teacher-student distillation (rsl_rl's ``Distillation``): a student policy on the
+observations it will have when deployed learns to act as a trained teacher that saw more.
+
+Each iteration the *student* acts (DAgger: the states come from the student's own
+rollouts, so it learns to recover from its own mistakes), and :meth:`Distillation.step`
+regresses the student's mean action on the teacher's, ``loss(mu_student(o), mu_teacher(o))``
+(``"mse"`` or ``"huber"``, each member's mean over its rows and action dims), over
+``num_sgd_iters`` epochs of ``sgd_minibatch_size`` minibatches. The teacher reads the
+observation groups it was trained on (a privileged critic state, say) from the same
+rollout; the student's groups are its config's ``obs_groups``.
+
+The teacher is a checkpoint of rlx: a ``rlx train`` run directory or checkpoint file, or
+an :class:`~rlx.runners.OnPolicyRunner` checkpoint (``model_<it>.pt``); its policy is
+rebuilt on this env's specs and frozen. The student is an ordinary rlx policy: it
+checkpoints, resumes and exports like any, and PPO fine-tunes it from its checkpoint
+(``AlgorithmConfig(init_policy=...)``). With ``num_seeds = S`` the members are S
+students of the one teacher.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+from torch import Tensor
+
+from rlx.algorithms.base import Algorithm
+from rlx.core.config_fields import ConfigError
+from rlx.core.stats import Stats
+from rlx.env import OBS
+from rlx.policy import Policy, PolicyBase, flatten_time
+
+if TYPE_CHECKING:
+    from rlx.config import DistillationConfig
+    from rlx.env import EnvFactory
+
+__all__ = ["Distillation", "load_teacher"]
+
+
+def _teacher_config(state: dict[str, Any], where: str) -> dict[str, Any]:
+    """The plain config a checkpoint's policy was built with (its run config's ``config``
+    entry: ``rlx train``'s and the OnPolicyRunner's checkpoints both record one)."""
+    run = state.get("config")
+    if not isinstance(run, dict) or not isinstance(run.get("config"), dict):
+        raise ConfigError(f"{where}: not an rlx checkpoint with its run config (an rsl_rl checkpoint is not read yet)")
+    if str(run.get("algorithm", "")).startswith("recurrent"):
+        raise ConfigError(f"{where}: a recurrent teacher is not supported yet")
+    return run["config"]
+
+
+def load_teacher(path: str | Path, env: Any, device: torch.device, member: int | None = None,
+                 *, where: str = "DistillationConfig.teacher") -> PolicyBase:
+    """The trained policy of a checkpoint, rebuilt on ``env``'s specs, frozen.
+
+    Raises:
+        ConfigError: naming ``where``: no such checkpoint, not an rlx one, a recurrent or
+            multi-member teacher without ``member``, or actions unlike the env's.
+    """
+    from rlx.run.checkpoint import read_checkpoint
+
+    try:
+        state = read_checkpoint(path)
+    except (OSError, ValueError) as e:
+        raise ConfigError(f"{where}: cannot read a checkpoint at {path} ({e})") from e
+    from rlx.core.yaml_types import import_object
+
+    config = _teacher_config(state, where)
+    S = int(config.get("num_seeds") or 1)
+    policy_state = state["algorithm"]["policy"]
+    model_cls = import_object(config["model_cls"], where=where) if config.get("model_cls") else None
+    distribution_cls = import_object(config["distribution_cls"], where=where) if config.get("distribution_cls") else None
+    kwargs = dict(distribution_cls=distribution_cls, normalize_obs=bool(config.get("normalize_obs")), device=device,
+                  obs_groups=config.get("obs_groups"))
+    if S > 1:
+        if member is None or not 0 <= member < S:
+            raise ConfigError(f"{where}: the teacher run trained {S} members; choose one with teacher_member "
+                              f"(0 <= i < {S}), got {member}")
+        from rlx.members.stacked import stacked_model_cls
+
+        stacked = Policy(env.observation_spec, env.action_spec, model_cls=model_cls or stacked_model_cls(Policy.default_model_cls),
+                         model_config={**(config.get("model_config") or {}), "num_seeds": S}, num_seeds=S, **kwargs)
+        stacked.load_state_dict(policy_state)
+        teacher = Policy(env.observation_spec, env.action_spec, model=stacked.model.unstack(member), **kwargs)
+        for name, rms in teacher.obs_normalizers.items():
+            source = stacked.obs_normalizers[name]
+            rms.mean.copy_(source.mean[member])
+            rms.var.copy_(source.var[member])
+            rms.count.copy_(source.count)
+    else:
+        try:
+            teacher = Policy(env.observation_spec, env.action_spec, model_cls=model_cls,
+                             model_config=config.get("model_config"), **kwargs)
+            teacher.load_state_dict(policy_state)
+        except (RuntimeError, ValueError, TypeError) as e:
+            raise ConfigError(f"{where}: the checkpoint's policy does not fit this env ({str(e).splitlines()[0]})") from e
+    teacher.requires_grad_(False)
+    return teacher.eval()
+
+
+class Distillation(Algorithm):
+    """Teacher-student distillation (module docstring); build it with
+    ``DistillationConfig(teacher=..., ...).build(env_cls)``."""
+
+    config: DistillationConfig
+
+    def __init__(self, env_cls: EnvFactory, config: DistillationConfig) -> None:
+        super().__init__(env_cls, config)
+        where = f"{type(config).__name__}.teacher"
+        #: The frozen teacher policy.
+        self.teacher = load_teacher(config.teacher, self.env, self.device, config.teacher_member, where=where)
+        probe = self.env.observation_spec.zero((2,)).to(self.device)
+        with torch.no_grad():
+            got = self.teacher._actor_distribution(probe).mode().shape[1:]
+            want = self.policy._actor_distribution(self.env.observation_spec.zero((2 * self.num_seeds,)).to(self.device)).mode().shape[1:]
+        if got != want:
+            raise ConfigError(f"{where}: the teacher's actions have shape {tuple(got)}, the student's {tuple(want)}")
+        self._loss = torch.nn.functional.mse_loss if config.loss_type == "mse" else torch.nn.functional.huber_loss
+
+    def _teacher_means(self, obs: Any) -> Tensor:
+        """The teacher's mean actions on ``[N]`` raw observations, in cache-sized passes."""
+        n, rows = obs.shape[0], 16384
+        with torch.no_grad():
+            return torch.cat([self.teacher._actor_distribution(obs[lo : lo + rows]).mode() for lo in range(0, n, rows)])
+
+    def step(self) -> dict[str, float]:
+        """Regress the student on the teacher over the rollout the student collected.
+
+        Returns:
+            ``losses/behavior`` (the mean loss over the minibatches; ``seed{i}/...`` per
+            member), ``monitors/lr`` and ``profiling/step_ms``.
+        """
+        self._check_buffered()
+        start = time.perf_counter()
+        cfg, members = self.config, self.members
+        obs = flatten_time(self.buffer.get(OBS)[:, : self.horizon])
+        target = self._teacher_means(obs).float()
+        n = obs.shape[0] // self.num_seeds
+        m = min(cfg.sgd_minibatch_size or n, n)
+        params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        total = torch.zeros(members.lead, device=self.device)
+        count = 0
+        for _ in range(cfg.num_sgd_iters):
+            order = members.epoch_order(n, m, shuffle=True)
+            for lo, rows in members.minibatch_bounds(n, m):
+                index = order[lo : lo + rows] if order is not None else torch.arange(lo, lo + rows, device=self.device)
+                with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
+                    student = self.policy._actor_distribution(obs[index]).mode()
+                error = self._loss(student.float(), target[index], reduction="none")
+                loss = members.mean_each(error.reshape(error.shape[0], -1).mean(dim=1, keepdim=True))
+                loss = loss if self.num_seeds > 1 else loss.reshape(())
+                self.grad_scaler.scale(loss.sum()).backward()
+                self.optimizer_step(params)
+                total += loss.detach()
+                count += 1
+        lr = self.lr
+        self._finish_step()
+        stats = Stats()
+        members.stats(stats)("losses/behavior", total / max(count, 1))
+        members.add_activity(stats)
+        stats.add("params/finite", self._params_finite(), "min")
+        host = stats.to_host()  # SYNC: the stats of step()
+        out = {**{k: v for k, v in host.items() if k != "params/finite"}, "monitors/lr": lr,
+               "profiling/step_ms": 1e3 * (time.perf_counter() - start)}
+        self._check_params_finite(host, out)
+        return out
