@@ -171,6 +171,10 @@ def main() -> None:
             IndexedWalker.seeds = 2
             config = AlgorithmConfig(**common, num_seeds=2, num_sgd_iters=3, shuffle_minibatches=False,
                                      optimizer_config={"lr": 3e-2}, target_kl_div=2e-3)
+        elif mode == "ppo_rnd":  # the predictor's gradient averaged over the ranks, its state normalized over all
+            config = AlgorithmConfig(**common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2},
+                                     rnd={"weight": 0.5, "predictor_hiddens": [16], "target_hiddens": [16],
+                                          "embedding_dim": 4, "normalize_state": True})
         elif mode == "ppo_sweep":  # 2 members that differ in hyperparameters, each data-parallel
             IndexedWalker.seeds = 2
             config = AlgorithmConfig(**common, num_seeds=2, num_sgd_iters=3, shuffle_minibatches=False,

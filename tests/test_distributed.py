@@ -47,7 +47,8 @@ def _config_mismatch_messages(tmp_path: Path, mode: str) -> list[str]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("mode", ["ppo", "npg", "recurrent_ppo", "rsl_rl_groups", "ppo_seeds", "npg_seeds", "ppo_sweep"])
+@pytest.mark.parametrize("mode", ["ppo", "npg", "recurrent_ppo", "rsl_rl_groups", "ppo_seeds", "npg_seeds", "ppo_sweep",
+                                  "ppo_rnd"])
 def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: str) -> None:
     single = subprocess.run([sys.executable, WORKER, mode, "8", str(tmp_path / "single.pt")], capture_output=True,
                             text=True, timeout=120, env=_env())

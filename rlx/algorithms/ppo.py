@@ -121,6 +121,8 @@ class PPO(Algorithm):
         if getattr(config, "rnd", None) is not None:  # PPO's (A2C has none)
             self.rnd = RND(RNDConfig.from_dict(config.rnd), self.env.observation_spec, self.num_envs, config.gamma,
                            self.device, where=f"{type(config).__name__}.rnd")
+            if self.world_size > 1:
+                rdist.broadcast_module_(self.rnd)  # one target and one predictor on every rank
         self._rnd_loss = torch.zeros((), device=self.device)
         self._rnd_steps = 0
         self._intrinsic = torch.zeros((), device=self.device)

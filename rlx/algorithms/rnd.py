@@ -13,7 +13,8 @@ In rlx (``AlgorithmConfig.rnd``):
   ``[B, T]`` rollout at once before GAE and added to the (scaled) extrinsic reward, so the
   critic learns their sum. The episode statistics stay extrinsic;
 * the predictor takes one Adam step per PPO minibatch on the mean squared embedding
-  error of the minibatch's observations (its own optimizer and learning rate);
+  error of the minibatch's observations (its own optimizer and learning rate; under
+  torchrun its gradient is averaged over the ranks, so every rank keeps one predictor);
 * optionally the RND state is normalized by its running mean and std
   (``normalize_state``; updated with every rollout, before the rewards are computed), and
   the intrinsic reward is divided by the running std of its discounted return
@@ -36,6 +37,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from rlx.core import distributed as rdist
 from rlx.core.config_fields import ConfigError, settings_from_dict
 from rlx.core.normalization import RewardScaler, RunningMeanStd
 from rlx.core.schedulers import Schedule
@@ -194,6 +196,7 @@ class RND(nn.Module):
         loss = self.loss(obs)
         self.optimizer.zero_grad(set_to_none=True)
         loss.backward()
+        rdist.all_reduce_grads_(list(self.predictor.parameters()))  # under torchrun: one predictor on every rank
         self.optimizer.step()
         return loss.detach()
 

@@ -247,7 +247,7 @@ class MinibatchConfig(CommonConfig):
     """Fields of the first-order minibatch update that PPO and A2C share: entropy bonus,
     value weight, minibatches, micro-batches, ``compile`` and ``cudagraphs``."""
 
-    not_with_seeds: ClassVar[tuple[str, ...]] = ("accumulate_grads", "symmetry_augment", "mirror_loss_coeff")
+    not_with_seeds: ClassVar[tuple[str, ...]] = ("accumulate_grads", "symmetry_augment")
 
     #: Entropy bonus weight; ignored when ``entropy_coeff_schedule`` is set.
     entropy_coeff: float = 0.0
@@ -280,7 +280,7 @@ class MinibatchConfig(CommonConfig):
     symmetry_augment: bool = False
     #: Weight of the mirror loss, ``mean((mu(mirror(o)) - mirror(mu(o)))^2)`` of the policy's
     #: mean action (rsl_rl's ``use_mirror_loss`` and ``mirror_loss_coeff``; needs
-    #: ``symmetry_fn`` and continuous actions; one member); ``None``: off.
+    #: ``symmetry_fn`` and continuous actions; with S members each its own); ``None``: off.
     mirror_loss_coeff: float | None = None
     #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
     #: collect, and PPO's whole minibatch update as one program where it can

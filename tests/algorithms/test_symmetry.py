@@ -165,9 +165,28 @@ def test_the_mirror_loss_makes_the_policy_symmetric() -> None:
 def test_the_mirror_loss_fields_are_checked_by_name() -> None:
     with pytest.raises(ConfigError, match="mirror_loss_coeff: needs symmetry_fn"):
         AlgorithmConfig(**BASE, mirror_loss_coeff=1.0)
-    with pytest.raises(ConfigError, match="mirror_loss_coeff: is not supported with num_seeds=2"):
-        AlgorithmConfig(**BASE, symmetry_fn=_flip_cartpole, mirror_loss_coeff=1.0, num_seeds=2)
     with pytest.raises(ConfigError, match="mirror_loss_coeff: needs continuous actions"):
         AlgorithmConfig(**BASE, symmetry_fn=_flip_cartpole, mirror_loss_coeff=1.0).build(CartPole)
     with pytest.raises(ConfigError, match="mirror_loss_coeff: must be"):
         AlgorithmConfig(**BASE, symmetry_fn=_flip_cartpole, mirror_loss_coeff=-1.0)
+
+
+def test_each_members_mirror_loss_is_its_own() -> None:
+    """With S members the mirror loss is ``[S]``, each member's mean over its own rows (so
+    each member's gradient is its own, as for every loss term)."""
+    algo = _windy(mirror_loss_coeff=0.5, num_seeds=2)
+    algo.collect()
+    algo.compute_advantages()
+    batch = algo.flat_batch()
+    terms = algo.losses(batch)
+    obs = batch["obs"]
+    with torch.no_grad():
+        means = algo.policy._actor_distribution(obs).mode()
+        on_mirrored = algo.policy._actor_distribution(mirror(obs, means)[0]).mode()
+        per_row = (on_mirrored - mirror(obs, means)[1]).square().mean(dim=1)
+    assert terms.mirror.shape == (2,)
+    torch.testing.assert_close(terms.mirror, per_row.view(2, -1).mean(dim=1))
+    for _ in range(3):
+        algo.collect()
+        stats = algo.step()
+    assert stats["seed0/losses/mirror"] != stats["seed1/losses/mirror"]
