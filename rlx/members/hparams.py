@@ -192,7 +192,7 @@ class MemberHparams:
     def load_state_dict(self, state: Mapping[str, Tensor]) -> None:
         for name, values in state.items():
             if name in self.values:
-                self.set(name, values.tolist())
+                self.set(name, values.tolist())  # SYNC: at load (host values, kept on the CPU)
 
 
 class MemberValues:
