@@ -375,7 +375,7 @@ class PPO(Algorithm):
         earlier minibatches, with ``accumulate_grads``).
         """
         if self.config.symmetry_augment:
-            mb = self.symmetry.augment(mb)  # twice the rows: each sample and its mirrored twin
+            mb = self.symmetry.augment(mb, self.num_seeds)  # twice the rows: each sample and its mirrored twin
         size = next(iter(mb.values())).shape[0]
         chunk = min(self._micro_units, size)
         stats: Tensor | None = None

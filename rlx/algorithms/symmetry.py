@@ -94,11 +94,22 @@ class Symmetry:
         error = (on_mirrored.float() - target.float()).square()
         return mean(error.reshape(error.shape[0], -1).mean(dim=1, keepdim=True))
 
-    def augment(self, mb: dict[str, Any]) -> dict[str, Any]:
-        """``mb`` followed by its mirrored twin: twice the rows; the twin's other entries
-        (collect-time log-probability, value, advantage, return) are its original's."""
+    def augment(self, mb: dict[str, Any], members: int = 1) -> dict[str, Any]:
+        """``mb`` with each sample's mirrored twin: twice the rows; the twin's other
+        entries (collect-time log-probability, value, advantage, return) are its
+        original's. With S members (seed-major rows) each member's rows stay together:
+        its originals, then their twins."""
         obs, actions = self.fn(mb[OBS], mb[ACTIONS])
-        out = {key: torch.cat([x, x]) for key, x in mb.items() if key not in (OBS, ACTIONS)}
-        out[OBS] = torch.cat([mb[OBS], obs])
-        out[ACTIONS] = torch.cat([mb[ACTIONS], actions])
+        out = {key: _with_twins(x, x, members) for key, x in mb.items() if key not in (OBS, ACTIONS)}
+        out[OBS] = _with_twins(mb[OBS], obs, members)
+        out[ACTIONS] = _with_twins(mb[ACTIONS], actions, members)
         return out
+
+
+def _with_twins(x: Any, twins: Any, members: int) -> Any:
+    """``[S * n, ...]`` rows and their twins as ``[S * 2n, ...]``, member by member."""
+    if members == 1:
+        return torch.cat([x, twins])
+    n = x.shape[0] // members
+    paired = torch.stack([x.reshape(members, n, *x.shape[1:]), twins.reshape(members, n, *twins.shape[1:])], dim=1)
+    return paired.reshape(2 * x.shape[0], *x.shape[1:])

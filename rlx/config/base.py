@@ -247,7 +247,7 @@ class MinibatchConfig(CommonConfig):
     """Fields of the first-order minibatch update that PPO and A2C share: entropy bonus,
     value weight, minibatches, micro-batches, ``compile`` and ``cudagraphs``."""
 
-    not_with_seeds: ClassVar[tuple[str, ...]] = ("accumulate_grads", "symmetry_augment")
+    not_with_seeds: ClassVar[tuple[str, ...]] = ("accumulate_grads",)
 
     #: Entropy bonus weight; ignored when ``entropy_coeff_schedule`` is set.
     entropy_coeff: float = 0.0
@@ -276,7 +276,7 @@ class MinibatchConfig(CommonConfig):
     #: (mirrored_obs, mirrored_actions)`` on batches, an import path in YAML. Checked at
     #: build to be an involution on random inputs. See :mod:`rlx.algorithms.symmetry`.
     symmetry_fn: Callable[..., Any] | None = None
-    #: Double every minibatch with its mirrored twin (needs ``symmetry_fn``; one member).
+    #: Double every minibatch with its mirrored twin (needs ``symmetry_fn``).
     symmetry_augment: bool = False
     #: Weight of the mirror loss, ``mean((mu(mirror(o)) - mirror(mu(o)))^2)`` of the policy's
     #: mean action (rsl_rl's ``use_mirror_loss`` and ``mirror_loss_coeff``; needs

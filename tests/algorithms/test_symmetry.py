@@ -35,8 +35,6 @@ def test_a_mirror_that_is_not_an_involution_is_refused_at_build(fn, message: str
 def test_the_fields_are_checked_by_name() -> None:
     with pytest.raises(ConfigError, match="symmetry_augment: needs symmetry_fn"):
         AlgorithmConfig(**BASE, symmetry_augment=True)
-    with pytest.raises(ConfigError, match="symmetry_augment: is not supported with num_seeds=2"):
-        AlgorithmConfig(**BASE, symmetry_fn=_flip_cartpole, symmetry_augment=True, num_seeds=2)
     with pytest.raises(ConfigError, match="symmetry_fn: must be a function"):
         AlgorithmConfig(**BASE, symmetry_fn=3)
 
@@ -55,11 +53,13 @@ def test_the_twin_is_the_mirror_with_its_originals_rollout_entries() -> None:
         assert torch.equal(out[key], torch.cat([mb[key], mb[key]])), key
 
 
-def test_an_identity_mirror_leaves_the_update_as_it_was() -> None:
+@pytest.mark.parametrize("members", [1, 2])
+def test_an_identity_mirror_leaves_the_update_as_it_was(members: int) -> None:
     """Twins equal to their originals: every mean over the doubled minibatch is the
-    plain one, so the update is the same up to float rounding."""
-    plain = AlgorithmConfig(**BASE).build(CartPole)
-    doubled = AlgorithmConfig(**BASE, symmetry_fn=lambda obs, actions: (obs, actions), symmetry_augment=True).build(CartPole)
+    plain one, so the update is the same up to float rounding (each member's, with S)."""
+    plain = AlgorithmConfig(**BASE, num_seeds=members).build(CartPole)
+    doubled = AlgorithmConfig(**BASE, num_seeds=members, symmetry_fn=lambda obs, actions: (obs, actions),
+                              symmetry_augment=True).build(CartPole)
     for algo in (plain, doubled):
         torch.manual_seed(4)
         algo.collect()
@@ -190,3 +190,15 @@ def test_each_members_mirror_loss_is_its_own() -> None:
         algo.collect()
         stats = algo.step()
     assert stats["seed0/losses/mirror"] != stats["seed1/losses/mirror"]
+
+
+def test_with_members_each_members_twins_follow_its_own_rows() -> None:
+    env = RslRlVecEnv.factory(lambda n, d: WindyReach(n, d, seed=0))(6, None, device="cpu")
+    sym = Symmetry(mirror, env.observation_spec, env.action_spec, torch.device("cpu"))
+    obs = TensorDict({"policy": torch.randn(6, 4), "critic": torch.randn(6, 3)}, batch_size=[6])
+    mb = {"obs": obs, "actions": torch.randn(6, 2), "advantages": torch.arange(6.0).unsqueeze(1)}
+    out = sym.augment(mb, members=2)  # members of 3 rows each: [a0 a1 a2 | b0 b1 b2]
+    twin_obs, twin_actions = mirror(obs, mb["actions"])
+    assert out["advantages"].view(-1).tolist() == [0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5]
+    assert torch.equal(out["actions"], torch.cat([mb["actions"][:3], twin_actions[:3], mb["actions"][3:], twin_actions[3:]]))
+    assert torch.equal(out["obs"]["critic"][9:], twin_obs["critic"][3:])
