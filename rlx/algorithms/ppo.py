@@ -120,10 +120,10 @@ class PPO(Algorithm):
         self.rnd: RND | None = None
         if getattr(config, "rnd", None) is not None:  # PPO's (A2C has none)
             self.rnd = RND(RNDConfig.from_dict(config.rnd), self.env.observation_spec, self.num_envs, config.gamma,
-                           self.device, where=f"{type(config).__name__}.rnd")
+                           self.device, members=self.num_seeds, where=f"{type(config).__name__}.rnd")
             if self.world_size > 1:
                 rdist.broadcast_module_(self.rnd)  # one target and one predictor on every rank
-        self._rnd_loss = torch.zeros((), device=self.device)
+        self._rnd_loss = torch.zeros(self.members.lead, device=self.device)
         self._rnd_steps = 0
         self._intrinsic = torch.zeros((), device=self.device)
         self.kl_stop = None
@@ -318,8 +318,8 @@ class PPO(Algorithm):
                 self._lr_applied.copy_(self._lr_tensor)  # the groups hold the base LR between steps
         self.members.add_activity(stats)
         if self.rnd is not None:
-            stats.add("losses/rnd", self._rnd_loss / max(self._rnd_steps, 1))
-            stats.add("rnd/intrinsic_reward", self._intrinsic.clone())
+            add("losses/rnd", self._rnd_loss / max(self._rnd_steps, 1))
+            add("rnd/intrinsic_reward", self._intrinsic.clone())
             self._rnd_loss.zero_()
             self._rnd_steps = 0
         if self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
@@ -455,7 +455,7 @@ class PPO(Algorithm):
         self.rnd.update_state_stats(flatten_time(next_obs))
         dones = buf.get(TERMINATED)[:, :T] | buf.get(TRUNCATED)[:, :T]
         intrinsic = self.rnd.intrinsic_rewards(next_obs, dones, self.env_steps)
-        self._intrinsic = intrinsic.mean()
+        self._intrinsic = self.members.mean_each(intrinsic.reshape(intrinsic.shape[0], -1)).reshape(self.members.lead)
         return torch.add(rewards, intrinsic, out=self._scaled_rewards)
 
     def state_dict(self) -> dict[str, Any]:

@@ -40,7 +40,10 @@ from torch import Tensor, nn
 from rlx.core import distributed as rdist
 from rlx.core.config_fields import ConfigError, settings_from_dict
 from rlx.core.normalization import RewardScaler, RunningMeanStd
+from rlx.core.layout import by_member, from_by_member, member_lead
 from rlx.core.schedulers import Schedule
+from rlx.members.ops import seed_means
+from rlx.members.stacked import _stack_mlp
 
 __all__ = ["RND", "RNDConfig"]
 
@@ -127,7 +130,7 @@ class RND(nn.Module):
     """
 
     def __init__(self, config: RNDConfig, observation_spec: Any, num_envs: int, gamma: float,
-                 device: torch.device, *, where: str = "AlgorithmConfig.rnd") -> None:
+                 device: torch.device, *, members: int = 1, where: str = "AlgorithmConfig.rnd") -> None:
         super().__init__()
         from torchrl.data import Composite
 
@@ -151,25 +154,43 @@ class RND(nn.Module):
         def widths(hiddens: list[int]) -> list[int]:
             return [size if w == -1 else w for w in hiddens]
 
-        self.predictor = _mlp([size, *widths(config.predictor_hiddens), config.embedding_dim], act).to(device)
-        self.target = _mlp([size, *widths(config.target_hiddens), config.embedding_dim], act).to(device)
+        # With S members, S predictors and S targets stacked (each member's own; Adam is
+        # elementwise, so one Adam over the stacks keeps them apart).
+        self.members = members
+
+        def net(hiddens: list[int]) -> nn.Sequential:
+            nets = [_mlp([size, *widths(hiddens), config.embedding_dim], act) for _ in range(members)]
+            return (nets[0] if members == 1 else _stack_mlp(nets)).to(device)
+
+        self.predictor = net(config.predictor_hiddens)
+        self.target = net(config.target_hiddens)
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=config.learning_rate)
-        self.state_stats = RunningMeanStd((size,), device=device, sync_ranks=True) if config.normalize_state else None
-        self.reward_scaler = RewardScaler(num_envs, gamma, device=device) if config.normalize_reward else None
+        self.state_stats = (RunningMeanStd((*member_lead(members), size), device=device, sync_ranks=True)
+                            if config.normalize_state else None)
+        self.reward_scaler = (RewardScaler(num_envs, gamma, device=device, num_seeds=members)
+                              if config.normalize_reward else None)
         self.schedule = Schedule(config.weight_schedule, config.weight_schedule_kind, initial=float(config.weight),
                                  name="rnd.weight_schedule")
 
     def state(self, obs: Any) -> Tensor:
-        """``[N, D]`` the RND state of raw observations (normalized when configured)."""
+        """``[N, D]`` the RND state of raw observations (normalized when configured; with
+        S members, seed-major rows against each member's statistics)."""
         x = self._flatten(obs, self.spec)
         if self.state_stats is not None:
-            x = self.state_stats.normalize(x).float()
+            x = from_by_member(self.state_stats.normalize(by_member(x, self.members, 1)), self.members, x.shape).float()
         return x
+
+    def embed(self, net: nn.Module, s: Tensor) -> Tensor:
+        """``[N, E]``: the embedding of ``[N, D]`` states by ``net`` (each member's rows by
+        its own network)."""
+        if self.members == 1:
+            return net(s)
+        return net(s.view(self.members, -1, s.shape[-1])).reshape(s.shape[0], -1)
 
     def update_state_stats(self, obs: Any) -> None:
         if self.state_stats is not None:
-            self.state_stats.update(self._flatten(obs, self.spec))
+            self.state_stats.update(by_member(self._flatten(obs, self.spec), self.members, 1))
 
     @torch.no_grad()
     def intrinsic_rewards(self, next_obs: Any, dones: Tensor, env_steps: int) -> Tensor:
@@ -178,24 +199,26 @@ class RND(nn.Module):
         B, T = dones.shape[:2]
         flat = next_obs.reshape(B * T, *next_obs.shape[2:]) if isinstance(next_obs, Tensor) else next_obs.reshape(B * T)
         s = self.state(flat)
-        error = torch.linalg.vector_norm(self.target(s) - self.predictor(s), dim=-1).view(B, T, 1)
+        error = torch.linalg.vector_norm(self.embed(self.target, s) - self.embed(self.predictor, s), dim=-1).view(B, T, 1)
         if self.reward_scaler is not None:
             self.reward_scaler.update(error, dones)
             error = self.reward_scaler.scale_rewards(error)
         return self.schedule.value(env_steps) * error
 
     def loss(self, obs: Any) -> Tensor:
-        """The predictor's mean squared embedding error on a minibatch of raw observations."""
+        """The predictor's mean squared embedding error on a minibatch of raw observations
+        (0-d; ``[S]`` each member's with S members)."""
         with torch.no_grad():
             s = self.state(obs)
-            target = self.target(s)
-        return (self.predictor(s) - target).square().mean()
+            target = self.embed(self.target, s)
+        error = (self.embed(self.predictor, s) - target).square()
+        return seed_means(self.members)(error)
 
     def train_step(self, obs: Any) -> Tensor:
         """One Adam step of the predictor on ``obs``; returns its loss (detached)."""
         loss = self.loss(obs)
         self.optimizer.zero_grad(set_to_none=True)
-        loss.backward()
+        loss.sum().backward()
         rdist.all_reduce_grads_(list(self.predictor.parameters()))  # under torchrun: one predictor on every rank
         self.optimizer.step()
         return loss.detach()

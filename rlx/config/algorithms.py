@@ -55,7 +55,7 @@ class AlgorithmConfig(MinibatchConfig):
         >>> step_stats = algo.step()
     """
 
-    not_with_seeds: ClassVar[tuple[str, ...]] = (*MinibatchConfig.not_with_seeds, "kl_adaptive_lr_per_minibatch", "rnd")
+    not_with_seeds: ClassVar[tuple[str, ...]] = (*MinibatchConfig.not_with_seeds, "kl_adaptive_lr_per_minibatch")
 
     algorithm_cls: ClassVar[type[Algorithm]] = PPO
     supports_seeds: ClassVar[bool] = True
@@ -96,7 +96,7 @@ class AlgorithmConfig(MinibatchConfig):
     kl_adaptive_lr_per_minibatch: bool = False
     #: Random network distillation (rsl_rl's ``rnd_cfg``): an intrinsic reward for novel
     #: states, ``{weight: 0.5, obs_keys: [policy], ...}`` (the fields of
-    #: :class:`rlx.algorithms.rnd.RNDConfig`); ``None``: off. One member; not with
+    #: :class:`rlx.algorithms.rnd.RNDConfig`); ``None``: off. Each member its own; not with
     #: ``cudagraphs``, a recurrent policy or ``compile``'s fused update.
     rnd: dict[str, Any] | None = None
 

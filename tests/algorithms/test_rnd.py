@@ -87,11 +87,36 @@ def test_bad_rnd_settings_are_refused_by_name() -> None:
         AlgorithmConfig(**BASE, rnd={"weights": 1.0})
     with pytest.raises(ConfigError, match="AlgorithmConfig.rnd.weight: must be a number >= 0"):
         AlgorithmConfig(**BASE, rnd={"weight": -1})
-    with pytest.raises(ConfigError, match="rnd: is not supported with num_seeds=2"):
-        AlgorithmConfig(**BASE, rnd=RND, num_seeds=2)
     with pytest.raises(ConfigError, match="rnd: is not supported for recurrent policies"):
         RecurrentAlgorithmConfig(**BASE, rnd=RND)
     with pytest.raises(ConfigError, match="obs_keys: names keys of a Composite observation"):
         AlgorithmConfig(**BASE, rnd={**RND, "obs_keys": ["policy"]}).build(CartPole)
     with pytest.raises(ConfigError, match="rnd: is not supported with cudagraphs"):
         AlgorithmConfig(**{**BASE, "device": "cpu"}, rnd=RND, cudagraphs=True)
+
+
+def test_each_member_has_its_own_predictor_and_target() -> None:
+    """With S members each member's bonus comes from its own networks and statistics: the
+    stacked member i computes what a single RND with member i's weights computes."""
+    algo = AlgorithmConfig(**BASE, rnd={**RND, "normalize_state": True}, num_seeds=2).build(CartPole)
+    for _ in range(3):
+        algo.collect()
+        stats = algo.step()
+    assert stats["seed0/losses/rnd"] != stats["seed1/losses/rnd"]
+    rnd = algo.rnd
+    obs = algo.buffer.get("obs")[:, 1 : algo.horizon + 1].reshape(-1, 4)  # seed-major: member 0's rows first
+    with torch.no_grad():
+        both = torch.linalg.vector_norm(rnd.embed(rnd.target, rnd.state(obs)) - rnd.embed(rnd.predictor, rnd.state(obs)), dim=-1)
+        n = obs.shape[0] // 2
+        for i in range(2):
+            x = obs[i * n : (i + 1) * n].double()
+            s = ((x - rnd.state_stats.mean[i]) / torch.sqrt(rnd.state_stats.var[i] + rnd.state_stats.epsilon)).float()
+            h_t, h_p = s, s
+            for layer_t, layer_p in zip(rnd.target, rnd.predictor):
+                if hasattr(layer_t, "weight"):
+                    h_t = h_t @ layer_t.weight[i] + layer_t.bias[i]
+                    h_p = h_p @ layer_p.weight[i] + layer_p.bias[i]
+                else:
+                    h_t, h_p = layer_t(h_t), layer_p(h_p)
+            torch.testing.assert_close(both[i * n : (i + 1) * n], torch.linalg.vector_norm(h_t - h_p, dim=-1),
+                                       rtol=1e-4, atol=1e-5)
