@@ -11,7 +11,11 @@ rollout; the student's groups are its config's ``obs_groups``.
 
 The teacher is a checkpoint of rlx: a ``rlx train`` run directory or checkpoint file, or
 an :class:`~rlx.runners.OnPolicyRunner` checkpoint (``model_<it>.pt``); its policy is
-rebuilt on this env's specs and frozen. The student is an ordinary rlx policy: it
+rebuilt on this env's specs and frozen. Or one of rsl_rl 5.x (``model_<it>.pt`` with an
+``actor_state_dict``), given with the ``train_cfg`` it was trained with
+(``teacher_rsl_rl_cfg``): rsl_rl's own ``MLPModel`` is rebuilt from its ``actor`` section
+and ``obs_groups`` (rsl_rl must be installed) and its deterministic output is the
+teacher's action. The student is an ordinary rlx policy: it
 checkpoints, resumes and exports like any, and PPO fine-tunes it from its checkpoint
 (``AlgorithmConfig(init_policy=...)``). With ``num_seeds = S`` the members are S
 students of the one teacher.
@@ -36,7 +40,7 @@ if TYPE_CHECKING:
     from rlx.config import DistillationConfig
     from rlx.env import EnvFactory
 
-__all__ = ["Distillation", "load_teacher"]
+__all__ = ["Distillation", "load_teacher", "rsl_rl_teacher"]
 
 
 def _teacher_config(state: dict[str, Any], where: str) -> dict[str, Any]:
@@ -99,6 +103,50 @@ def load_teacher(path: str | Path, env: Any, device: torch.device, member: int |
     return teacher.eval()
 
 
+class _RslRlTeacher(torch.nn.Module):
+    """An rsl_rl ``MLPModel`` actor as a teacher: its deterministic output, on the
+    observation groups it reads."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, obs: Any) -> Tensor:
+        return self.model(obs)
+
+
+def rsl_rl_teacher(path: str | Path, train_cfg: dict[str, Any], env: Any, device: torch.device,
+                   *, where: str = "DistillationConfig.teacher") -> torch.nn.Module:
+    """rsl_rl 5.x's trained actor (``actor_state_dict`` of ``path``) as a frozen module
+    ``obs -> mean action``, rebuilt by rsl_rl's ``MLPModel`` from ``train_cfg``'s
+    ``actor`` section and ``obs_groups``.
+
+    Raises:
+        ConfigError: rsl_rl is not installed, the checkpoint or the config is not rsl_rl
+            5.x's, or the weights do not fit.
+    """
+    try:
+        from rsl_rl.models import MLPModel
+    except ImportError as e:
+        raise ConfigError(f"{where}: an rsl_rl teacher needs rsl_rl (pip install rsl-rl-lib): {e}") from e
+    state = torch.load(path, map_location=device, weights_only=False)
+    if "actor_state_dict" not in state:
+        raise ConfigError(f"{where}: {path} has no actor_state_dict (rsl_rl 5.x's PPO checkpoint)")
+    actor = dict(train_cfg.get("actor") or {})
+    if actor.pop("class_name", "MLPModel") != "MLPModel":
+        raise ConfigError(f"{where}: teacher_rsl_rl_cfg's actor must be an MLPModel (recurrent and CNN teachers: not yet)")
+    obs = env.observation_spec.zero((1,)).to(device)
+    action_dim = int(torch.Size(env.action_spec.shape).numel())
+    try:
+        model = MLPModel(obs, train_cfg.get("obs_groups") or {"actor": ["policy"]}, "actor", action_dim, **actor).to(device)
+        model.load_state_dict(state["actor_state_dict"])
+    except (RuntimeError, KeyError, TypeError) as e:
+        raise ConfigError(f"{where}: the rsl_rl checkpoint does not fit teacher_rsl_rl_cfg ({str(e).splitlines()[0]})") from e
+    teacher = _RslRlTeacher(model)
+    teacher.requires_grad_(False)
+    return teacher.eval()
+
+
 class Distillation(Algorithm):
     """Teacher-student distillation (module docstring); build it with
     ``DistillationConfig(teacher=..., ...).build(env_cls)``."""
@@ -108,21 +156,30 @@ class Distillation(Algorithm):
     def __init__(self, env_cls: EnvFactory, config: DistillationConfig) -> None:
         super().__init__(env_cls, config)
         where = f"{type(config).__name__}.teacher"
-        #: The frozen teacher policy.
-        self.teacher = load_teacher(config.teacher, self.env, self.device, config.teacher_member, where=where)
+        #: The frozen teacher: an rlx policy, or rsl_rl's actor.
+        if config.teacher_rsl_rl_cfg is not None:
+            self.teacher = rsl_rl_teacher(config.teacher, config.teacher_rsl_rl_cfg, self.env, self.device, where=where)
+        else:
+            self.teacher = load_teacher(config.teacher, self.env, self.device, config.teacher_member, where=where)
         probe = self.env.observation_spec.zero((2,)).to(self.device)
         with torch.no_grad():
-            got = self.teacher._actor_distribution(probe).mode().shape[1:]
+            got = self.teacher_actions(probe).shape[1:]
             want = self.policy._actor_distribution(self.env.observation_spec.zero((2 * self.num_seeds,)).to(self.device)).mode().shape[1:]
         if got != want:
             raise ConfigError(f"{where}: the teacher's actions have shape {tuple(got)}, the student's {tuple(want)}")
         self._loss = torch.nn.functional.mse_loss if config.loss_type == "mse" else torch.nn.functional.huber_loss
 
+    def teacher_actions(self, obs: Any) -> Tensor:
+        """``[N, *action]`` the teacher's mean actions on raw observations."""
+        with torch.no_grad():
+            if isinstance(self.teacher, PolicyBase):
+                return self.teacher._actor_distribution(obs).mode()
+            return self.teacher(obs).reshape(obs.shape[0], *self.env.action_spec.shape)
+
     def _teacher_means(self, obs: Any) -> Tensor:
         """The teacher's mean actions on ``[N]`` raw observations, in cache-sized passes."""
         n, rows = obs.shape[0], 16384
-        with torch.no_grad():
-            return torch.cat([self.teacher._actor_distribution(obs[lo : lo + rows]).mode() for lo in range(0, n, rows)])
+        return torch.cat([self.teacher_actions(obs[lo : lo + rows]) for lo in range(0, n, rows)])
 
     def step(self) -> dict[str, float]:
         """Regress the student on the teacher over the rollout the student collected.

@@ -199,6 +199,9 @@ class DistillationConfig(CommonConfig):
     teacher: str | None = None
     #: Which member of a multi-member teacher run (``None`` for a single run).
     teacher_member: int | None = None
+    #: For a teacher trained by rsl_rl 5.x: the ``train_cfg`` it was trained with (its
+    #: ``actor`` section and ``obs_groups`` rebuild the actor; needs rsl_rl installed).
+    teacher_rsl_rl_cfg: dict[str, Any] | None = None
     #: ``"mse"`` or ``"huber"`` between the student's and the teacher's mean actions.
     loss_type: Literal["mse", "huber"] = "mse"
     #: Epochs over each rollout.

@@ -64,6 +64,7 @@ def test_a_student_that_sees_less_learns_the_privileged_teachers_policy(teacher_
         scratch.collect()
         scratch.step()
     distilled, teacher_score, from_scratch = _normalized(student.policy), _normalized(student.teacher), _normalized(scratch.policy)
+    print(f"teacher {teacher_score:.3f}, student {distilled:.3f}, PPO on the student's observations {from_scratch:.3f}")
     assert losses[-1] < 0.2 * losses[0], losses
     assert distilled > 0.9 * teacher_score and distilled > from_scratch + 0.3, (distilled, teacher_score, from_scratch)
     assert student.policy.actor_obs_keys == ["policy"]  # it deploys without the privileged group
@@ -144,3 +145,47 @@ def test_bad_teachers_are_refused_by_name(teacher_dir: Path, tmp_path: Path) -> 
     DistillationConfig(teacher=str(two), teacher_member=1, num_envs=8, device="cpu").build(_windy(0))
     with pytest.raises(ValueError, match="AlgorithmConfig.init_policy: cannot read a policy"):
         AlgorithmConfig(num_envs=8, device="cpu", init_policy=str(tmp_path / "nothing")).build(Pendulum)
+
+
+RSL_RL_TEACHER = {
+    "num_steps_per_env": 24, "save_interval": 10**9, "obs_groups": {"actor": ["policy", "critic"], "critic": ["policy", "critic"]},
+    "algorithm": {"class_name": "PPO", "num_learning_epochs": 5, "num_mini_batches": 4, "clip_param": 0.2, "gamma": 0.99,
+                  "lam": 0.95, "value_loss_coef": 1.0, "entropy_coef": 0.005, "learning_rate": 1e-3, "max_grad_norm": 1.0,
+                  "use_clipped_value_loss": True, "schedule": "adaptive", "desired_kl": 0.01},
+    "actor": {"class_name": "MLPModel", "hidden_dims": [64, 64], "activation": "elu", "obs_normalization": False,
+              "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
+    "critic": {"class_name": "MLPModel", "hidden_dims": [64, 64], "activation": "elu", "obs_normalization": False},
+}
+
+
+def test_a_teacher_trained_by_rsl_rl_teaches_an_rlx_student(tmp_path: Path) -> None:
+    """rsl_rl 5.x's own PPO trains the privileged teacher and saves it; rlx distils it."""
+    import contextlib
+    import io
+
+    pytest.importorskip("rsl_rl")
+    from rsl_rl.runners import OnPolicyRunner as RslRlRunner
+
+    torch.manual_seed(0)
+    with contextlib.redirect_stdout(io.StringIO()):
+        runner = RslRlRunner(WindyReach(256, "cpu", seed=0), dict(RSL_RL_TEACHER), log_dir=None, device="cpu")
+        runner.learn(30)
+    runner.save(str(tmp_path / "model_30.pt"))
+    policy = runner.get_inference_policy("cpu")
+    student = DistillationConfig(teacher=str(tmp_path / "model_30.pt"), teacher_rsl_rl_cfg=RSL_RL_TEACHER, **STUDENT
+                                 ).build(_windy(1))
+    obs = student.env.reset()
+    with torch.no_grad():
+        torch.testing.assert_close(student.teacher_actions(obs), policy(obs))  # rsl_rl's own actions
+    for _ in range(10):
+        student.collect()
+        student.step()
+    random = episode_return(lambda o: torch.randn(o.batch_size[0], 2), 512, "cpu")
+    pd = episode_return(pd_controller, 512, "cpu")
+    teacher_score = (episode_return(lambda o: policy(o), 512, "cpu") - random) / (pd - random)
+    distilled = _normalized(student.policy)
+    print(f"rsl_rl teacher {teacher_score:.3f}, rlx student {distilled:.3f}")
+    assert distilled > 0.9 * teacher_score, (distilled, teacher_score)
+    with pytest.raises(ConfigError, match="does not fit teacher_rsl_rl_cfg"):
+        bad = {**RSL_RL_TEACHER, "actor": {**RSL_RL_TEACHER["actor"], "hidden_dims": [32]}}
+        DistillationConfig(teacher=str(tmp_path / "model_30.pt"), teacher_rsl_rl_cfg=bad, **STUDENT).build(_windy(1))
