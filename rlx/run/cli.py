@@ -235,7 +235,7 @@ def _train(args: argparse.Namespace, run: Any) -> int:
     say(f"  metrics:    {run_dir / 'metrics.jsonl'}   (curves: rlx plot {run_dir})")
     say(f"  checkpoint: {ckpt}")
     if trainer.interrupted_by is not None:  # preempted: resumable, and not a finished run
-        say(f"  resume with: rlx train {args.config} --run-dir {run_dir} --resume")
+        say(f"  resume with: rlx {getattr(args, 'command', 'train')} {args.config} --run-dir {run_dir} --resume")
         return 128 + trainer.interrupted_by
     return 0 if metrics else 1
 
