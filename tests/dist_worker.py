@@ -129,6 +129,23 @@ def seeds_done(common: dict, out: str, rank: int) -> None:
     torch.distributed.destroy_process_group()
 
 
+def pbt(common: dict, out: str, rank: int) -> None:
+    """4 members under PBT for 6 iterations: every rank ranks the same reduced metrics with
+    the same random stream, so every rank copies and perturbs alike."""
+    from rlx.run.trainer import Trainer, TrainerConfig
+
+    IndexedWalker.seeds = 4
+    algo = AlgorithmConfig(**common, num_seeds=4, optimizer_config={"lr": 1e-2},
+                           member_hparams={"lr": [1e-3, 3e-3, 1e-2, 3e-2]}).build(IndexedWalker)
+    trainer = Trainer(algo, TrainerConfig(max_iterations=6, progress=False, tensorboard=False,
+                                          pbt={"members": 4, "every": 2, "hparams": ["lr"], "metric": "episodes/return_mean"}))
+    trainer.run()
+    torch.save({"params": [p.detach() for p in algo.policy.parameters()], "lineage": trainer.pbt.lineage,
+                "lrs": algo.member_values("lr")}, f"{out}.rank{rank}")
+    if rdist.is_distributed():
+        torch.distributed.destroy_process_group()
+
+
 def main() -> None:
     mode, total, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rdist.init_from_env(device_type="cpu")
@@ -148,6 +165,9 @@ def main() -> None:
                   model_config={"hiddens": [16]})
     if mode == "seeds_done":
         seeds_done(common, out, rank)
+        return
+    if mode == "pbt":
+        pbt(common, out, rank)
         return
     try:
         if mode == "ppo":

@@ -207,3 +207,16 @@ def test_a_signal_under_torchrun_stops_every_rank_at_one_iteration_and_rank_zero
     state = load_checkpoint(latest_checkpoint(run_dir))  # rank 0's, at the iteration every rank stopped
     assert state["trainer"]["iteration"] == lines[-1]["iteration"] == len(lines)
     assert [p.name for p in (run_dir / "checkpoints").iterdir()] == [f"ckpt_{len(lines):08d}.pt"]
+
+
+@pytest.mark.slow
+def test_pbt_copies_and_perturbs_alike_on_every_rank(tmp_path) -> None:
+    """Every rank ranks the same rank-reduced metrics with the same random stream: the
+    ranks make the same copies and perturbations and keep identical members."""
+    result = _torchrun(WORKER, "pbt", "8", str(tmp_path / "dist"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    ranks = [torch.load(tmp_path / f"dist.rank{r}") for r in (0, 1)]
+    assert len(ranks[0]["lineage"]) >= 2
+    assert ranks[0]["lineage"] == ranks[1]["lineage"] and ranks[0]["lrs"] == ranks[1]["lrs"]
+    for x, y in zip(ranks[0]["params"], ranks[1]["params"]):
+        assert torch.equal(x, y)
