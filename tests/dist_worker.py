@@ -130,15 +130,16 @@ def seeds_done(common: dict, out: str, rank: int) -> None:
 
 
 def pbt(common: dict, out: str, rank: int) -> None:
-    """4 members under PBT for 6 iterations: every rank ranks the same reduced metrics with
-    the same random stream, so every rank copies and perturbs alike."""
+    """4 members under PBT for 6 iterations, ranked on an evaluation rank 0 alone runs:
+    every rank must still copy and perturb alike."""
     from rlx.run.trainer import Trainer, TrainerConfig
 
     IndexedWalker.seeds = 4
     algo = AlgorithmConfig(**common, num_seeds=4, optimizer_config={"lr": 1e-2},
                            member_hparams={"lr": [1e-3, 3e-3, 1e-2, 3e-2]}).build(IndexedWalker)
     trainer = Trainer(algo, TrainerConfig(max_iterations=6, progress=False, tensorboard=False,
-                                          pbt={"members": 4, "every": 2, "hparams": ["lr"], "metric": "episodes/return_mean"}))
+                                          eval_every=2, eval_num_envs=4, eval_episodes=4,
+                                          pbt={"members": 4, "every": 2, "hparams": ["lr"], "metric": "eval/return_mean"}))
     trainer.run()
     torch.save({"params": [p.detach() for p in algo.policy.parameters()], "lineage": trainer.pbt.lineage,
                 "lrs": algo.member_values("lr")}, f"{out}.rank{rank}")

@@ -211,8 +211,9 @@ def test_a_signal_under_torchrun_stops_every_rank_at_one_iteration_and_rank_zero
 
 @pytest.mark.slow
 def test_pbt_copies_and_perturbs_alike_on_every_rank(tmp_path) -> None:
-    """Every rank ranks the same rank-reduced metrics with the same random stream: the
-    ranks make the same copies and perturbations and keep identical members."""
+    """Ranked on an evaluation only rank 0 runs: rank 0's scores are broadcast, so the ranks
+    make the same copies and perturbations and keep identical members (without the
+    broadcast they part at the first ranking)."""
     result = _torchrun(WORKER, "pbt", "8", str(tmp_path / "dist"))
     assert result.returncode == 0, result.stderr[-3000:]
     ranks = [torch.load(tmp_path / f"dist.rank{r}") for r in (0, 1)]

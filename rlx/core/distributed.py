@@ -107,6 +107,13 @@ def all_reduce_grads_(params: Iterable[torch.nn.Parameter]) -> None:
         offset += g.numel()
 
 
+def broadcast_(tensor: Tensor, src: int = 0) -> Tensor:
+    """Give every rank rank ``src``'s ``tensor``, in place."""
+    if is_distributed():
+        dist.broadcast(tensor, src=src)
+    return tensor
+
+
 def broadcast_module_(module: torch.nn.Module, src: int = 0) -> None:
     """Give every rank rank ``src``'s parameters and buffers (one flat broadcast per dtype)."""
     if not is_distributed():

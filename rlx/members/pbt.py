@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch import Tensor
 
+from rlx.core import distributed as rdist
 from rlx.core._sync import allowed_sync
 from rlx.core.config_fields import ConfigError, settings_from_dict
 
@@ -251,6 +252,10 @@ class PBT:
         if iteration % self.config.every:
             return {}
         scores = self.scores()
+        if rdist.world_size() > 1:  # rank 0's view decides (it alone evaluates): every rank copies alike
+            agreed = rdist.broadcast_(torch.tensor(scores, dtype=torch.float64, device=self.algo.device))
+            with allowed_sync():
+                scores = agreed.tolist()  # SYNC: once per ranking, under torchrun
         self._last = scores
         self._window = [[] for _ in scores]
         S = len(scores)

@@ -144,8 +144,8 @@ class Trainer:
         #: Population-based training of the members (``config.pbt``), else ``None``.
         self.pbt: PBT | None = None
         if self.config.pbt is not None:
-            # Under torchrun every rank ranks the same (rank-reduced) metrics with the same
-            # random stream: every rank copies and perturbs alike, and rank 0 writes the lineage.
+            # Under torchrun every rank ranks rank 0's scores with the same random stream:
+            # every rank copies and perturbs alike, and rank 0 writes the lineage.
             self.pbt = PBT(algorithm, PBTConfig.from_dict(self.config.pbt), self.run_dir if self.is_writer else None)
 
     # -- config record -----------------------------------------------------------------
