@@ -170,6 +170,12 @@ def main() -> None:
     if mode == "pbt":
         pbt(common, out, rank)
         return
+    if mode == "make_teacher":  # one process: a PPO teacher's run directory for "distill"
+        from rlx.run.trainer import Trainer, TrainerConfig
+
+        teacher = AlgorithmConfig(**common, optimizer_config={"lr": 1e-2}).build(IndexedWalker)
+        Trainer(teacher, TrainerConfig(max_iterations=2, progress=False, tensorboard=False), run_dir=out).run()
+        return
     try:
         if mode == "ppo":
             config = AlgorithmConfig(**common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2})
@@ -186,6 +192,11 @@ def main() -> None:
             # policy gradient is exactly 0, and Adam would scale rounding noise to a full step.
             config = AlgorithmConfig(**common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2},
                                      entropy_coeff=0.01, obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]})
+        elif mode == "distill":  # the student's gradient averaged over the ranks, the teacher on every rank
+            from rlx import DistillationConfig
+
+            config = DistillationConfig(**common, teacher=os.environ["RLX_TEACHER"], num_sgd_iters=2,
+                                        optimizer_config={"lr": 1e-2})
         elif mode == "npg":
             config = NPGConfig(**common, fvp_subsample=1.0, line_search=True, optim_critic_iters=2)
         elif mode == "ppo_seeds":  # 2 seeds replicated on every rank, each data-parallel; per-seed KL stop

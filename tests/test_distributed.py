@@ -221,3 +221,20 @@ def test_pbt_copies_and_perturbs_alike_on_every_rank(tmp_path) -> None:
     assert ranks[0]["lineage"] == ranks[1]["lineage"] and ranks[0]["lrs"] == ranks[1]["lrs"]
     for x, y in zip(ranks[0]["params"], ranks[1]["params"]):
         assert torch.equal(x, y)
+
+
+@pytest.mark.slow
+def test_distillation_on_two_ranks_equals_one_rank(tmp_path, monkeypatch) -> None:
+    made = subprocess.run([sys.executable, WORKER, "make_teacher", "8", str(tmp_path / "teacher")], capture_output=True,
+                          text=True, timeout=120, env=_env())
+    assert made.returncode == 0, made.stderr
+    monkeypatch.setenv("RLX_TEACHER", str(tmp_path / "teacher"))
+    single = subprocess.run([sys.executable, WORKER, "distill", "8", str(tmp_path / "single.pt")], capture_output=True,
+                            text=True, timeout=120, env=_env())
+    assert single.returncode == 0, single.stderr
+    result = _torchrun(WORKER, "distill", "8", str(tmp_path / "dist.pt"))
+    assert result.returncode == 0, result.stderr[-3000:]
+    a, b = torch.load(tmp_path / "single.pt"), torch.load(tmp_path / "dist.pt")
+    for x, y in zip(a["params"], b["params"]):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+    assert a["stats"]["losses/behavior"] == pytest.approx(b["stats"]["losses/behavior"], rel=1e-4)

@@ -4,7 +4,9 @@ observations it will have when deployed learns to act as a trained teacher that 
 Each iteration the *student* acts (DAgger: the states come from the student's own
 rollouts, so it learns to recover from its own mistakes), and :meth:`Distillation.step`
 regresses the student's mean action on the teacher's, ``loss(mu_student(o), mu_teacher(o))``
-(``"mse"`` or ``"huber"``, each member's mean over its rows and action dims), over
+(``"mse"`` or ``"huber"``, each member's mean over its rows and action dims; for discrete
+actions, where a mode has no gradient, ``KL(teacher || student)`` of the two
+distributions instead), over
 ``num_sgd_iters`` epochs of ``sgd_minibatch_size`` minibatches. The teacher reads the
 observation groups it was trained on (a privileged critic state, say) from the same
 rollout; the student's groups are its config's ``obs_groups``.
@@ -168,6 +170,10 @@ class Distillation(Algorithm):
         if got != want:
             raise ConfigError(f"{where}: the teacher's actions have shape {tuple(got)}, the student's {tuple(want)}")
         self._loss = torch.nn.functional.mse_loss if config.loss_type == "mse" else torch.nn.functional.huber_loss
+        #: Discrete actions: the student matches the teacher's distribution (KL), not its mode.
+        self.discrete = not self.env.action_spec.dtype.is_floating_point
+        if self.discrete and not isinstance(self.teacher, PolicyBase):
+            raise ConfigError(f"{where}: a teacher of discrete actions must be an rlx policy (its distribution is matched)")
 
     def teacher_actions(self, obs: Any) -> Tensor:
         """``[N, *action]`` the teacher's mean actions on raw observations."""
@@ -192,7 +198,7 @@ class Distillation(Algorithm):
         start = time.perf_counter()
         cfg, members = self.config, self.members
         obs = flatten_time(self.buffer.get(OBS)[:, : self.horizon])
-        target = self._teacher_means(obs).float()
+        target = None if self.discrete else self._teacher_means(obs).float()
         n = obs.shape[0] // self.num_seeds
         m = min(cfg.sgd_minibatch_size or n, n)
         params = [p for p in self.policy.model.parameters() if p.requires_grad]
@@ -203,8 +209,13 @@ class Distillation(Algorithm):
             for lo, rows in members.minibatch_bounds(n, m):
                 index = order[lo : lo + rows] if order is not None else torch.arange(lo, lo + rows, device=self.device)
                 with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
-                    student = self.policy._actor_distribution(obs[index]).mode()
-                error = self._loss(student.float(), target[index], reduction="none")
+                    student = self.policy._actor_distribution(obs[index])
+                if self.discrete:
+                    with torch.no_grad():
+                        teacher = self.teacher._actor_distribution(obs[index])
+                    error = teacher.kl(student).float()
+                else:
+                    error = self._loss(student.mode().float(), target[index], reduction="none")
                 loss = members.mean_each(error.reshape(error.shape[0], -1).mean(dim=1, keepdim=True))
                 loss = loss if self.num_seeds > 1 else loss.reshape(())
                 self.grad_scaler.scale(loss.sum()).backward()
