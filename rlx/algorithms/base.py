@@ -233,6 +233,12 @@ class Algorithm(MemberValues, ABC):
             group["lr"] = lr
 
     @property
+    def resets_next_collect(self) -> bool:
+        """Whether the next :meth:`collect` starts by resetting every env."""
+        hper = self.config.horizons_per_env_reset
+        return self._force_reset or (hper > 0 and self.num_collects % hper == 0)
+
+    @property
     def lr(self) -> float:
         """The current learning rate."""
         return self._lr_value
@@ -282,8 +288,7 @@ class Algorithm(MemberValues, ABC):
         rollout = self.rollout
         if rollout.buffer is None:
             self.validate()
-        hper = self.config.horizons_per_env_reset
-        reset_all = self._force_reset or (hper > 0 and self.num_collects % hper == 0)
+        reset_all = self.resets_next_collect
         self._force_reset = False
         rollout.begin(reset_all, env_config)
         if reset_all:

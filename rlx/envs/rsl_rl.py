@@ -70,6 +70,9 @@ class RslRlVecEnv(Env):
         super().__init__(num_envs, horizon, device=device)
         make_env = resolve_make_env(make_env or self.factory_kwargs.get("make_env"), "RslRlVecEnv")
         self.vec_env = make_env(num_envs, self.device)
+        #: Spread the VecEnv's episode clocks (``episode_length_buf``) at the next reset:
+        #: rsl_rl's ``init_at_random_ep_len``, which a reset would otherwise undo.
+        self.randomize_episode_lengths_at_reset = False
         for attr in ("num_envs", "num_actions", "get_observations", "step"):
             if not hasattr(self.vec_env, attr):
                 raise ValueError(f"RslRlVecEnv: {type(self.vec_env).__name__} has no '{attr}': not an rsl_rl VecEnv")
@@ -116,9 +119,19 @@ class RslRlVecEnv(Env):
     def reset(self, *, config: dict[str, Any] | None = None) -> TensorDict:
         if callable(getattr(self.vec_env, "reset", None)):
             self.vec_env.reset()
+        if self.randomize_episode_lengths_at_reset:
+            self.randomize_episode_lengths()
         obs = self._groups(*_split(self.vec_env.get_observations()))
         self._last_obs = obs
         return obs
+
+    def randomize_episode_lengths(self) -> None:
+        """rsl_rl's ``init_at_random_ep_len``: each sub-env's episode clock drawn uniformly
+        from ``[0, max_episode_length)``, so time limits come staggered (a one-shot: clears
+        :attr:`randomize_episode_lengths_at_reset`)."""
+        buf = self.vec_env.episode_length_buf
+        self.vec_env.episode_length_buf = torch.randint_like(buf, high=int(self.vec_env.max_episode_length))
+        self.randomize_episode_lengths_at_reset = False
 
     def step(self, actions: Tensor) -> TensorDict:
         obs, rewards, dones, extras = self.vec_env.step(actions)

@@ -79,8 +79,11 @@ class OnPolicyRunner:
         the runner is; ``init_at_random_ep_len`` spreads the envs' episode clocks first
         (rsl_rl's exploration trick), then resets the collect on them."""
         if init_at_random_ep_len:
-            buf = self.env.episode_length_buf
-            self.env.episode_length_buf = torch.randint_like(buf, high=int(self.env.max_episode_length))
+            adapter = self.alg.env
+            if self.alg.resets_next_collect:  # after the reset it opens with (which would zero the clocks)
+                adapter.randomize_episode_lengths_at_reset = True
+            else:
+                adapter.randomize_episode_lengths()
         end = self.current_learning_iteration + int(num_learning_iterations)
         while self.current_learning_iteration < end:
             start = time.perf_counter()

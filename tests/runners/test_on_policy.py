@@ -228,3 +228,26 @@ def test_rsl_rls_rnd_cfg_maps_to_rlxs_rnd_and_trains() -> None:
     rnd = runner.alg.rnd
     assert rnd.predictor[0].in_features == 3 and rnd.predictor[0].out_features == 3  # -1: the state's size
     assert rnd.schedule.value(64 * 55) == pytest.approx(0.5 + (0.1 - 0.5) * 45 / 90)  # rsl_rl's step 55
+
+
+class _ResettingWindyReach(WindyReach):
+    """WindyReach with a ``reset()`` that restarts every episode clock, as Isaac Lab's
+    wrapper does: the reset rlx opens with would undo ``init_at_random_ep_len``."""
+
+    def reset(self):
+        self.episode_length_buf = torch.zeros_like(self.episode_length_buf)
+        return self.get_observations()
+
+
+def test_init_at_random_ep_len_survives_the_reset_the_first_collect_opens_with() -> None:
+    """rsl_rl's exploration trick spreads the episode clocks; here the measured quantity:
+    after one 24-step collect the clocks are spread over many values, where a reset after
+    the draw would leave them all at 24."""
+    env = _ResettingWindyReach(256, "cpu", seed=0)
+    runner = OnPolicyRunner(env, CFG_5, log_dir=None, device="cpu")
+    runner.learn(1, init_at_random_ep_len=True)
+    clocks = env.episode_length_buf
+    assert len(torch.unique(clocks)) > 50, torch.unique(clocks)
+    plain = _ResettingWindyReach(256, "cpu", seed=0)
+    OnPolicyRunner(plain, CFG_5, log_dir=None, device="cpu").learn(1)
+    assert torch.unique(plain.episode_length_buf).tolist() == [24]
