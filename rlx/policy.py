@@ -214,6 +214,17 @@ class PolicyBase(nn.Module):
         return sorted({*actor, *([ACTION_MASK] if ACTION_MASK in spec.keys() else [])})
 
     @torch.no_grad()
+    def load_member_(self, stacked: PolicyBase, i: int) -> None:
+        """Become member ``i`` of a stacked (``num_seeds = S``) policy of the same config:
+        its network (``unstack(i)``) and its slice of the observation normalizers."""
+        self.model.load_state_dict(stacked.model.unstack(i).state_dict())
+        for name, rms in self.obs_normalizers.items():
+            many = stacked.obs_normalizers[name]
+            rms.mean.copy_(many.mean[i])
+            rms.var.copy_(many.var[i])
+            rms.count.copy_(many.count)
+
+    @torch.no_grad()
     def update_obs_stats(self, obs: Obs) -> None:
         """Merge a ``[N, *obs]`` batch of raw observations into the running statistics."""
         for name, path in self._norm_keys.items():

@@ -88,12 +88,8 @@ def load_teacher(path: str | Path, env: Any, device: torch.device, member: int |
         stacked = Policy(env.observation_spec, env.action_spec, model_cls=model_cls or stacked_model_cls(Policy.default_model_cls),
                          model_config={**(config.get("model_config") or {}), "num_seeds": S}, num_seeds=S, **kwargs)
         stacked.load_state_dict(policy_state)
-        teacher = Policy(env.observation_spec, env.action_spec, model=stacked.model.unstack(member), **kwargs)
-        for name, rms in teacher.obs_normalizers.items():
-            source = stacked.obs_normalizers[name]
-            rms.mean.copy_(source.mean[member])
-            rms.var.copy_(source.var[member])
-            rms.count.copy_(source.count)
+        teacher = Policy(env.observation_spec, env.action_spec, model_config=config.get("model_config"), **kwargs)
+        teacher.load_member_(stacked, member)  # one member: the single-seed model and its normalizers
     else:
         try:
             teacher = Policy(env.observation_spec, env.action_spec, model_cls=model_cls,

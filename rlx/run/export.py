@@ -143,12 +143,7 @@ def policy_from_checkpoint(
                     {**(algo_config.model_config or {}), "num_seeds": num_seeds}, num_seeds)
     stacked.load_state_dict(state["algorithm"]["policy"])
     policy = build(None, algo_config.model_config)  # one agent: the single-seed model
-    policy.model.load_state_dict(stacked.model.unstack(seed).state_dict())
-    for name, rms in policy.obs_normalizers.items():  # and its slice of the normalizers
-        many = stacked.obs_normalizers[name]
-        rms.mean.copy_(many.mean[seed])
-        rms.var.copy_(many.var[seed])
-        rms.count.copy_(many.count)
+    policy.load_member_(stacked, seed)
     return policy, run
 
 
