@@ -25,7 +25,7 @@ import jax.numpy as jnp
 import optax
 from flax import linen as nn
 
-__all__ = ["PPOSettings", "make_train"]
+__all__ = ["ActorCritic", "PPOSettings", "make_train", "optimizer", "ppo_loss"]
 
 
 @dataclass(frozen=True)
@@ -99,13 +99,15 @@ class ActorCritic(nn.Module):
 # -- the training program --------------------------------------------------------------------
 
 
-def make_train(s: PPOSettings, iterations: int):
-    """``train(key) -> (params, returns)``: ``iterations`` PPO iterations as one jitted
-    function; ``returns[i]`` is the mean return of the episodes that ended in iteration i."""
+def optimizer(s: PPOSettings) -> optax.GradientTransformation:
+    """Adam with the gradient clipped to a global norm."""
+    return optax.chain(optax.clip_by_global_norm(s.max_grad_norm), optax.adam(s.lr, eps=1e-8))
+
+
+def ppo_loss(s: PPOSettings):
+    """``loss(params, (obs, actions, old_logp, adv, targets))``: the clipped surrogate, half
+    the squared value error, and the entropy bonus, as one scalar."""
     net = ActorCritic(actions=2, hidden=s.hidden)
-    tx = optax.chain(optax.clip_by_global_norm(s.max_grad_norm), optax.adam(s.lr, eps=1e-8))
-    batch = s.num_envs * s.horizon
-    mb_size = batch // s.minibatches
 
     def loss_fn(params, mb):
         obs, actions, old_logp, adv, targets = mb
@@ -117,6 +119,16 @@ def make_train(s: PPOSettings, iterations: int):
         vf = 0.5 * jnp.square(values - targets).mean()
         entropy = -(jnp.exp(logp_all) * logp_all).sum(-1).mean()
         return policy + s.vf_coeff * vf - s.entropy_coeff * entropy
+
+    return loss_fn
+
+
+def make_train(s: PPOSettings, iterations: int):
+    """``train(key) -> (params, returns)``: ``iterations`` PPO iterations as one jitted
+    function; ``returns[i]`` is the mean return of the episodes that ended in iteration i."""
+    net, tx, loss_fn = ActorCritic(actions=2, hidden=s.hidden), optimizer(s), ppo_loss(s)
+    batch = s.num_envs * s.horizon
+    mb_size = batch // s.minibatches
 
     def iteration(carry, _):
         params, opt_state, env_states, obs, key = carry

@@ -10,7 +10,7 @@ program: the whole run is one ``jax.jit``). For each setting and round, interlea
 
 * JAX: compile time (``jit(...).lower().compile()``), then steady-state env steps/s of
   a compiled run of ``--iterations`` iterations, and the mean return of the episodes
-  that ended in its last 5 iterations;
+  that ended in its last 5 iterations that had any;
 * rlx, per mode (``eager``: the defaults; ``compile``: ``compile=True``, whose update
   is one compiled program, :mod:`rlx.algorithms.fused`): the first iteration's time
   (compiling included), then steady-state env steps/s of ``collect()`` + ``step()`` over
@@ -25,6 +25,7 @@ switched off via ``XLA_FLAGS``, set before JAX is imported). Needs the ``jax`` e
 from __future__ import annotations
 
 import argparse
+import math
 import os
 import statistics
 import sys
@@ -32,6 +33,14 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+
+def last_finite_mean(returns: list[float], n: int = 5) -> float:
+    """The mean of the last ``n`` iterations' returns that are numbers: an iteration in
+    which no episode ended reports NaN (once CartPole is solved, every episode runs its
+    500 steps, and a few iterations of T = 32 can pass with none ending)."""
+    finite = [r for r in returns if math.isfinite(r)]
+    return statistics.fmean(finite[-n:]) if finite else math.nan
 
 
 def main() -> None:
@@ -53,9 +62,9 @@ def main() -> None:
     import jax
     import numpy as np
     import torch
-
     from common import append_results, results_path
     from jax_ppo import PPOSettings, block, make_train
+
     from rlx import AlgorithmConfig
     from rlx.envs import CartPole
 
@@ -76,7 +85,7 @@ def main() -> None:
                 start = time.perf_counter()
                 _, returns = block(train(jax.random.PRNGKey(r)))
                 wall = time.perf_counter() - start
-                ret = float(np.nanmean(np.asarray(returns)[-5:]))
+                ret = last_finite_mean(np.asarray(returns).tolist())
                 per_round.setdefault("jax", []).append({"steps_per_s": iters * B * T / wall, "compile_s": compile_s,
                                                         "return": ret})
                 for mode in args.modes:
@@ -97,18 +106,17 @@ def main() -> None:
                         algo.step()
                     if args.device == "cuda":
                         torch.cuda.synchronize()
-                    lengths = []
+                    returns = []
                     start = time.perf_counter()
-                    for i in range(iters):
+                    for _ in range(iters):
                         stats = algo.collect()
                         algo.step()
-                        if i >= iters - 5:
-                            lengths.append(stats["episodes/return_mean"])
+                        returns.append(stats["episodes/return_mean"])
                     if args.device == "cuda":
                         torch.cuda.synchronize()
                     wall = time.perf_counter() - start
                     per_round.setdefault(mode, []).append({"steps_per_s": iters * B * T / wall, "compile_s": first_s,
-                                                           "return": float(np.nanmean(lengths))})
+                                                           "return": last_finite_mean(returns)})
             jax_rate = [x["steps_per_s"] for x in per_round["jax"]]
             for side, results in per_round.items():
                 rate = statistics.median(x["steps_per_s"] for x in results)

@@ -104,7 +104,9 @@ class FusedUpdate:
         device = self.params[0].device
         self.lr = torch.zeros((), device=device)
         self._state()  # the optimizer's state, made now if the optimizer has not stepped yet
+        self.compiled = compiled
         self.fn = compile_fn(self._update) if compiled else self._update
+        self._warm: set[tuple] = set()  # the minibatch layouts compiled so far
 
     def _state(self) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
         """The optimizer's ``step``, ``exp_avg`` and ``exp_avg_sq`` of each parameter,
@@ -127,7 +129,20 @@ class FusedUpdate:
         else:
             self.lr.fill_(lr)
         steps, exp_avgs, exp_avg_sqs = self._state()
-        return self.fn(self.params, steps, exp_avgs, exp_avg_sqs, self.lr, mb)
+        if not self.compiled:
+            return self.fn(self.params, steps, exp_avgs, exp_avg_sqs, self.lr, mb)
+        # Once a minibatch layout (its keys, shapes, dtypes, and the grad mode) has been
+        # compiled, every later call with it passes the same guards: the parameters and
+        # the optimizer state keep their shapes, the LR is the one device tensor. The
+        # per-call guard checks over the program's ~60 tensors (90 us at B = 64, 250 us at
+        # B = 1024 on one CPU core) are skipped; a new layout (the last, smaller minibatch)
+        # is checked, and compiled once, as before.
+        layout = (torch.is_grad_enabled(), *((k, x.shape, x.dtype) for k, x in mb.items()))
+        warm = layout in self._warm
+        with torch.compiler.set_stance(skip_guard_eval_unsafe=warm):
+            out = self.fn(self.params, steps, exp_avgs, exp_avg_sqs, self.lr, mb)
+        self._warm.add(layout)
+        return out
 
     def _update(self, params: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
                 exp_avg_sqs: list[Tensor], lr: Tensor, mb: Batch) -> Tensor:

@@ -115,6 +115,32 @@ def test_the_compiled_program_equals_the_uncompiled_one() -> None:
     _close(fused, compiled)
 
 
+def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
+    """Once a minibatch layout is compiled, its calls skip dynamo's guard checks: a new
+    layout (the smaller last minibatch) must still get its own program, and a reload
+    (new optimizer state tensors) and a changed LR must be seen, over several steps."""
+    config = {**BASE, "sgd_minibatch_size": 192}  # 512 samples: minibatches of 192, 192 and 128
+    plain, compiled = (AlgorithmConfig(**config, compile=flag).build(CartPole) for flag in (False, True))
+    plain.fused = FusedUpdate(plain, compiled=False)
+    plain.update = plain.fused
+    for algo in (plain, compiled):  # collect eagerly in both (the compiled T loop draws other numbers)
+        algo.rollout.act_fn, algo.rollout.value_fn = algo.policy.act_step, algo.policy.value_step
+        algo.rollout.compiled_step = None
+    compiled.load_state_dict(plain.state_dict())
+    for i in range(3):
+        if i == 2:  # a reload replaces the optimizer's state tensors; a new LR
+            state = plain.state_dict()
+            compiled.load_state_dict(state)
+            for algo in (plain, compiled):
+                algo._set_lr(1e-3)
+        for algo in (plain, compiled):
+            torch.manual_seed(11 + i)
+            algo.collect()
+            algo.step()
+        _close(plain, compiled)
+    assert len(compiled.fused._warm) == 2
+
+
 @pytest.mark.parametrize("env_name", ["CartPole", "Pendulum", "MountainCarContinuous"])
 def test_the_compiled_t_loop_writes_what_the_eager_one_writes(env_name: str) -> None:
     """compile=True runs each step of a graph-safe env's T loop as one compiled program.
