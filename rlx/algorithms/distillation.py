@@ -115,7 +115,8 @@ class _RslRlTeacher(torch.nn.Module):
 
 def rsl_rl_teacher(path: str | Path, train_cfg: dict[str, Any], env: Any, device: torch.device,
                    *, where: str = "DistillationConfig.teacher") -> torch.nn.Module:
-    """rsl_rl 5.x's trained actor (``actor_state_dict`` of ``path``) as a frozen module
+    """rsl_rl 5.x's trained actor (``actor_state_dict`` of ``path``, or the
+    ``teacher_state_dict`` of its distillation checkpoint) as a frozen module
     ``obs -> mean action``, rebuilt by rsl_rl's ``MLPModel`` from ``train_cfg``'s
     ``actor`` section and ``obs_groups``.
 
@@ -128,8 +129,10 @@ def rsl_rl_teacher(path: str | Path, train_cfg: dict[str, Any], env: Any, device
     except ImportError as e:
         raise ConfigError(f"{where}: an rsl_rl teacher needs rsl_rl (pip install rsl-rl-lib): {e}") from e
     state = torch.load(path, map_location=device, weights_only=False)
-    if "actor_state_dict" not in state:
-        raise ConfigError(f"{where}: {path} has no actor_state_dict (rsl_rl 5.x's PPO checkpoint)")
+    weights = state.get("actor_state_dict") or state.get("teacher_state_dict")
+    if weights is None:
+        raise ConfigError(f"{where}: {path} has no actor_state_dict (rsl_rl 5.x's PPO checkpoint) or "
+                          "teacher_state_dict (its distillation's)")
     actor = dict(train_cfg.get("actor") or {})
     if actor.pop("class_name", "MLPModel") != "MLPModel":
         raise ConfigError(f"{where}: teacher_rsl_rl_cfg's actor must be an MLPModel (recurrent and CNN teachers: not yet)")
@@ -137,7 +140,7 @@ def rsl_rl_teacher(path: str | Path, train_cfg: dict[str, Any], env: Any, device
     action_dim = int(torch.Size(env.action_spec.shape).numel())
     try:
         model = MLPModel(obs, train_cfg.get("obs_groups") or {"actor": ["policy"]}, "actor", action_dim, **actor).to(device)
-        model.load_state_dict(state["actor_state_dict"])
+        model.load_state_dict(weights)
     except (RuntimeError, KeyError, TypeError) as e:
         raise ConfigError(f"{where}: the rsl_rl checkpoint does not fit teacher_rsl_rl_cfg ({str(e).splitlines()[0]})") from e
     teacher = _RslRlTeacher(model)

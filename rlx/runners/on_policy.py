@@ -52,21 +52,31 @@ class OnPolicyRunner:
     """
 
     def __init__(self, env: Any, train_cfg: dict[str, Any], log_dir: str | None = None, device: str = "cpu") -> None:
+        self._open(env, train_cfg, log_dir, device)
+        self.config = algorithm_config_from_rsl_rl(self.cfg, env.num_envs, self.device, env=env)
+        self.alg = self.config.build(RslRlVecEnv.factory(lambda num_envs, device: env))
+        self._open_logger()
+
+    def _open(self, env: Any, train_cfg: dict[str, Any], log_dir: str | None, device: str) -> None:
+        """What every runner keeps of its arguments; the logger's name checked."""
         self.env, self.cfg, self.device = env, copy.deepcopy(dict(train_cfg)), str(device)
         self.log_dir = Path(log_dir) if log_dir is not None else None
         logger = self.cfg.get("logger", "tensorboard")
         logger = logger.get("class_name") if isinstance(logger, dict) else logger
-        logger = {"TensorboardLogWriter": "tensorboard", "WandbLogWriter": "wandb"}.get(logger, logger)
-        if logger not in (None, "tensorboard", "wandb"):
+        self._logger = {"TensorboardLogWriter": "tensorboard", "WandbLogWriter": "wandb"}.get(logger, logger)
+        if self._logger not in (None, "tensorboard", "wandb"):
             raise ConfigError(f"train_cfg['logger']: {logger!r} is not supported yet (tensorboard and wandb are)")
-        self.config = algorithm_config_from_rsl_rl(self.cfg, env.num_envs, self.device, env=env)
-        self.alg = self.config.build(RslRlVecEnv.factory(lambda num_envs, device: env))
         self.save_interval = int(self.cfg.get("save_interval", 50))
         self.current_learning_iteration = 0
         self._writer = self._wandb = None
-        if logger == "wandb":
+
+    def _open_logger(self) -> None:
+        """The TensorBoard writer or W&B run (with :attr:`config`), once."""
+        if self._writer is not None or self._wandb is not None:
+            return
+        if self._logger == "wandb":
             self._wandb = _wandb_run(self.cfg, self.log_dir, self.config)
-        elif self.log_dir is not None and logger is not None:
+        elif self.log_dir is not None and self._logger is not None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # tensorboard is an optional extra
@@ -115,7 +125,7 @@ class OnPolicyRunner:
         if self._wandb is not None:
             self._wandb.log({**finite, "env_steps": self.alg.env_steps}, step=it, commit=True)
         ret = stats.get("episodes/return_mean", math.nan)
-        print(f"rlx OnPolicyRunner: iteration {it} | env steps {self.alg.env_steps:,} | {seconds:.2f} s | "
+        print(f"rlx {type(self).__name__}: iteration {it} | env steps {self.alg.env_steps:,} | {seconds:.2f} s | "
               f"return {ret:.2f} | lr {stats.get('monitors/lr', math.nan):.2e}", flush=True)
 
     def save(self, path: str, infos: dict[str, Any] | None = None) -> None:

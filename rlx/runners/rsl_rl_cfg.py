@@ -23,6 +23,10 @@ to rlx's ``rnd`` (:mod:`rlx.algorithms.rnd`), its state the ``rnd_state`` observ
 rlx cannot honour is a :class:`~rlx.config.ConfigError` naming it and why; fields that
 only steer rsl_rl's own bookkeeping (names, loggers' projects, resume paths) are read
 by the runner or ignored.
+
+:func:`distillation_config_from_rsl_rl` reads the ``train_cfg`` of rsl_rl's
+``DistillationRunner`` (``algorithm.class_name: Distillation``) the same way, for
+:class:`~rlx.runners.DistillationRunner`.
 """
 
 from __future__ import annotations
@@ -32,9 +36,9 @@ from typing import Any
 
 import torch
 
-from rlx.config import AlgorithmConfig, ConfigError
+from rlx.config import AlgorithmConfig, ConfigError, DistillationConfig
 
-__all__ = ["RslRlMirror", "algorithm_config_from_rsl_rl"]
+__all__ = ["RslRlMirror", "algorithm_config_from_rsl_rl", "distillation_config_from_rsl_rl", "rsl_rl_teacher_cfg"]
 
 SYMMETRY_KEYS = {"use_data_augmentation", "use_mirror_loss", "data_augmentation_func", "mirror_loss_coeff", "env",
                  "class_name"}
@@ -138,13 +142,13 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
     """
     known = BOOKKEEPING | ALGORITHM_KEYS | {"num_steps_per_env", "obs_groups", "algorithm", "policy", "actor",
                                             "critic", "empirical_normalization", "torch_compile_mode"}
+    alg = dict(cfg.get("algorithm") or {})
+    if alg.get("class_name", "PPO") != "PPO":
+        _fail("'algorithm']['class_name'", f"{alg['class_name']!r} is not supported (PPO is; a Distillation "
+                                           "train_cfg goes to rlx.runners.DistillationRunner, as to rsl_rl's)")
     unknown = sorted(set(cfg) - known)
     if unknown:
         _fail(repr(unknown[0]), f"unknown field (rlx maps {sorted(known - BOOKKEEPING)})")
-    alg = dict(cfg.get("algorithm") or {})
-    if alg.get("class_name", "PPO") != "PPO":
-        _fail("'algorithm']['class_name'", f"{alg['class_name']!r} is not supported (PPO is; for a student of a "
-                                           "trained teacher use rlx's DistillationConfig(teacher=CHECKPOINT))")
     for key in sorted(set(alg) - ALGORITHM_KEYS):
         _fail(f"'algorithm'][{key!r}", "unknown PPO field")
     symmetry = _symmetry(alg.get("symmetry_cfg"), env)
@@ -251,3 +255,111 @@ def _symmetry(cfg: dict[str, Any] | None, env: Any) -> dict[str, Any]:
     return {"symmetry_fn": RslRlMirror(cfg["data_augmentation_func"], cfg.get("env", env)),
             "symmetry_augment": bool(cfg.get("use_data_augmentation", False)),
             "mirror_loss_coeff": float(cfg.get("mirror_loss_coeff", 0.0)) if mirror_loss else None}
+
+
+DISTILLATION_KEYS = {"class_name", "num_learning_epochs", "gradient_length", "learning_rate", "max_grad_norm",
+                     "loss_type", "optimizer", "use_mixed_precision", "rnd_cfg", "symmetry_cfg", "grad_reduce_bucket_mb"}
+
+
+def _student(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The student's hidden sizes, activation, initial std and normalization, and its
+    observation groups, from either layout."""
+    groups = cfg.get("obs_groups") or {}
+    if "policy" in cfg:  # 3.x / 4.x: a StudentTeacher policy; the student reads the "policy" set
+        policy = dict(cfg["policy"])
+        if policy.get("class_name", "StudentTeacher") != "StudentTeacher":
+            _fail("'policy']['class_name'", f"{policy['class_name']!r} is not supported (StudentTeacher is)")
+        return {"hiddens": list(policy.get("student_hidden_dims", (256, 256, 256))),
+                "activation": policy.get("activation", "elu"), "init_std": float(policy.get("init_noise_std", 0.1)),
+                "norm": bool(policy.get("student_obs_normalization", False)),
+                "groups": list(groups.get("policy", ["policy"])), "where": "'policy'"}
+    student = dict(cfg.get("student") or {})
+    if not student:
+        _fail("'student'", "a distillation train_cfg needs a 'student' section (rsl_rl 5.x) or a 'policy' section "
+                           "(rsl_rl 3.x/4.x's StudentTeacher)")
+    if student.get("class_name", "MLPModel") != "MLPModel":
+        _fail("'student']['class_name'", f"{student['class_name']!r} is not supported (MLPModel is)")
+    dist = dict(student.get("distribution_cfg") or {})
+    return {"hiddens": list(student.get("hidden_dims", (256, 256, 256))), "activation": student.get("activation", "elu"),
+            "init_std": float(dist.get("init_std", student.get("init_noise_std", 0.1))),
+            "norm": bool(student.get("obs_normalization", False)),
+            "groups": list(groups.get("student", ["policy"])), "where": "'student'"}
+
+
+def rsl_rl_teacher_cfg(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The ``teacher_rsl_rl_cfg`` that rebuilds an rsl_rl 5.x teacher from a distillation
+    ``train_cfg``: its ``teacher`` section as the actor, on the ``teacher`` observation set."""
+    teacher = dict(cfg.get("teacher") or {})
+    if not teacher:
+        _fail("'teacher'", "an rsl_rl teacher checkpoint is rebuilt from the train_cfg's 'teacher' section (rsl_rl "
+                           "5.x's layout); 3.x/4.x teachers: train them with rlx's OnPolicyRunner")
+    groups = (cfg.get("obs_groups") or {}).get("teacher", ["policy"])
+    return {"actor": teacher, "obs_groups": {"actor": list(groups)}}
+
+
+def distillation_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str = "cpu", *,
+                                    teacher: str | None = None,
+                                    teacher_rsl_rl_cfg: dict[str, Any] | None = None) -> DistillationConfig:
+    """The :class:`~rlx.config.DistillationConfig` that distils as rsl_rl's
+    ``DistillationRunner`` would with ``cfg`` on ``num_envs`` envs, from ``teacher`` (a
+    checkpoint path; ``None`` checks the fields only, before a teacher is loaded).
+
+    * The student: rsl_rl 5.x's ``student`` section (``MLPModel``) on the ``student``
+      observation set, or 3.x/4.x's ``policy`` (``StudentTeacher``: ``student_hidden_dims``,
+      ``activation``, ``init_noise_std``, ``student_obs_normalization``) on the ``policy``
+      set. The teacher's architecture is its checkpoint's (an rlx teacher records its
+      config; an rsl_rl 5.x one is rebuilt from the ``teacher`` section).
+    * ``num_learning_epochs`` -> ``num_sgd_iters``; ``gradient_length`` steps of all envs
+      make one minibatch (rsl_rl steps the optimizer on the sum of that many per-step mean
+      losses; rlx on their mean, shuffled, so ``max_grad_norm`` is divided by
+      ``gradient_length`` to clip the same gradients; Adam's step does not see the scale;
+      a ``gradient_length`` over ``num_steps_per_env``, which rsl_rl accumulates across
+      epochs, is one minibatch of the whole rollout);
+      ``learning_rate``, ``optimizer``, ``loss_type``, ``use_mixed_precision`` (bf16).
+
+    Raises:
+        ConfigError: a field rlx cannot honour, naming it and why.
+    """
+    known = BOOKKEEPING | {"num_steps_per_env", "obs_groups", "algorithm", "policy", "student", "teacher",
+                           "empirical_normalization", "torch_compile_mode"}
+    unknown = sorted(set(cfg) - known)
+    if unknown:
+        _fail(repr(unknown[0]), f"unknown field (rlx maps {sorted(known - BOOKKEEPING)})")
+    alg = dict(cfg.get("algorithm") or {})
+    if alg.get("class_name", "Distillation") != "Distillation":
+        _fail("'algorithm']['class_name'", f"{alg['class_name']!r}: a DistillationRunner trains 'Distillation' "
+                                           "(PPO goes to rlx.runners.OnPolicyRunner)")
+    for key in sorted(set(alg) - DISTILLATION_KEYS):
+        _fail(f"'algorithm'][{key!r}", "unknown Distillation field")
+    for key in ("rnd_cfg", "symmetry_cfg"):
+        if alg.get(key) is not None:
+            _fail(f"'algorithm'][{key!r}", "is not compatible with Distillation (as in rsl_rl)")
+    if cfg.get("torch_compile_mode"):
+        _fail("'torch_compile_mode'", "use rlx's compile (AlgorithmConfig.compile) instead")
+    optimizer = str(alg.get("optimizer", "adam")).lower()
+    if optimizer not in OPTIMIZERS:
+        _fail("'algorithm']['optimizer'", f"{optimizer!r} is not one of {sorted(OPTIMIZERS)}")
+    student = _student(cfg)
+    if student["activation"] not in ACTIVATIONS:
+        _fail(f"{student['where']}]['activation'", f"{student['activation']!r} is not one of {sorted(ACTIVATIONS)}")
+    if not student["init_std"] > 0:
+        _fail(f"{student['where']}]['init_noise_std'", f"must be > 0, got {student['init_std']}")
+    steps = int(cfg.get("num_steps_per_env", 24))
+    length = int(alg.get("gradient_length", 15))
+    if not 1 <= length:
+        _fail("'algorithm']['gradient_length'", f"must be >= 1, got {length}")
+    max_grad_norm = alg.get("max_grad_norm")
+    return DistillationConfig(
+        teacher=teacher or "(not loaded yet)", teacher_rsl_rl_cfg=teacher_rsl_rl_cfg,
+        num_envs=num_envs, horizon=steps, num_sgd_iters=int(alg.get("num_learning_epochs", 1)),
+        sgd_minibatch_size=min(length, steps) * num_envs,
+        max_grad_norm=float(max_grad_norm) / length if max_grad_norm else None,
+        loss_type=str(alg.get("loss_type", "mse")), optimizer_cls=OPTIMIZERS[optimizer],
+        optimizer_config={"lr": float(alg.get("learning_rate", 1e-3))},
+        enable_amp=bool(alg.get("use_mixed_precision", False)), normalize_obs=student["norm"],
+        normalize_rewards=False,
+        model_config={"hiddens": student["hiddens"], "activation_fn": student["activation"],
+                      "log_std_init": math.log(student["init_std"])},
+        obs_groups={"actor": student["groups"], "critic": student["groups"]},
+        device=device, seed=cfg.get("seed"),
+    )
