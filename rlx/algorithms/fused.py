@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value
 
 from rlx.core.compiling import compiled as compile_fn
+from rlx.members.optim import SeedAdam
 
 if TYPE_CHECKING:
     from rlx.algorithms.minibatches import Batch
@@ -35,14 +36,12 @@ def fused_unsupported(algo: PPO) -> str | None:
     """Why ``algo``'s minibatch update cannot be fused (``None``: it can)."""
     cfg, opt = algo.config, algo.optimizer
     group = opt.param_groups[0]
-    if type(opt) not in (torch.optim.Adam, torch.optim.AdamW):
+    if type(opt) not in (torch.optim.Adam, torch.optim.AdamW, SeedAdam):
         return f"optimizer_cls {type(opt).__name__} (the fused update writes Adam's and AdamW's step)"
     if len(opt.param_groups) != 1 or group.get("amsgrad") or group.get("maximize") or group.get("differentiable"):
         return "an optimizer with several param groups, amsgrad, maximize or differentiable"
-    if type(opt) is torch.optim.Adam and group.get("weight_decay"):
+    if group.get("weight_decay") and not _decoupled(opt):
         return "Adam with weight_decay (AdamW's decoupled decay is supported)"
-    if algo.members.size != 1:
-        return f"num_seeds={algo.members.size} (one member)"
     if algo.grad_scaler.is_enabled():
         return "enable_amp with float16 (its GradScaler; bf16 autocast is fused)"
     if cfg.accumulate_grads:
@@ -60,6 +59,13 @@ def fused_unsupported(algo: PPO) -> str | None:
     if algo.policy.recurrent:
         return "a recurrent policy"
     return None
+
+
+def _decoupled(opt: torch.optim.Optimizer) -> bool:
+    """AdamW's decoupled weight decay (torch's AdamW, or SeedAdam made for it)."""
+    if isinstance(opt, SeedAdam):
+        return bool(opt.param_groups[0].get("decoupled"))
+    return type(opt) is torch.optim.AdamW
 
 
 class _Losses(nn.Module):
@@ -84,10 +90,19 @@ class FusedUpdate:
     over the actor's and the critic's apart), and torch's Adam/AdamW step on the
     optimizer's state tensors, with the learning rate the param group holds (a float or
     a device tensor).
+
+    With S members (stacked parameters, :class:`~rlx.members.optim.SeedAdam`) it is
+    the eager S-member update (:meth:`rlx.members.Members.optimizer_step`): the gradient
+    of the members' summed losses, each member's norm clipped to its own
+    ``max_grad_norm``, a member whose gradient is not finite frozen (``alive``), and
+    SeedAdam's step with each active member's step count, bias corrections and LR
+    factor (a frozen or done member's state and parameters do not move).
     """
 
     def __init__(self, algo: PPO, compiled: bool = True) -> None:
         self.optimizer = algo.optimizer
+        self.members, self.hparams = algo.members, algo.hparams
+        self.S = algo.members.size
         self.params = [p for p in algo.policy.model.parameters() if p.requires_grad]
         names = {id(p): n for n, p in algo.policy.model.named_parameters()}
         self.names = [f"policy.model.{names[id(p)]}" for p in self.params]
@@ -95,14 +110,15 @@ class FusedUpdate:
         group = self.optimizer.param_groups[0]
         self.beta1, self.beta2 = (float(b) for b in group["betas"])
         self.eps = float(group["eps"])
-        self.decay = float(group["weight_decay"]) if type(self.optimizer) is torch.optim.AdamW else 0.0
+        self.decay = float(group["weight_decay"]) if _decoupled(self.optimizer) else 0.0
         self.max_grad_norm = algo.config.max_grad_norm
         # Indices of the parameters clipped together: all, or the actor's and the critic's.
         index = {id(p): i for i, p in enumerate(self.params)}
         groups = algo.clip_groups or [self.params]
         self.clip_groups = [[index[id(p)] for p in group] for group in groups]
         device = self.params[0].device
-        self.lr = torch.zeros((), device=device)
+        # S members: float64, as SeedAdam takes a float LR into its float64 step sizes.
+        self.lr = torch.zeros((), device=device, dtype=torch.float64 if self.S > 1 else torch.float32)
         self._state()  # the optimizer's state, made now if the optimizer has not stepped yet
         self.compiled = compiled
         self.fn = compile_fn(self._update) if compiled else self._update
@@ -115,7 +131,7 @@ class FusedUpdate:
         for p in self.params:
             if not state[p]:
                 state[p] = {
-                    "step": torch.zeros((), dtype=torch.float32, device=p.device),
+                    "step": torch.zeros(() if self.S == 1 else (self.S,), dtype=torch.float32, device=p.device),
                     "exp_avg": torch.zeros_like(p, memory_format=torch.preserve_format),
                     "exp_avg_sq": torch.zeros_like(p, memory_format=torch.preserve_format),
                 }
@@ -129,8 +145,10 @@ class FusedUpdate:
         else:
             self.lr.fill_(lr)
         steps, exp_avgs, exp_avg_sqs = self._state()
+        members = self.members
+        args = (self.params, steps, exp_avgs, exp_avg_sqs, self.lr, members.alive, members.done, members.lr_factor, mb)
         if not self.compiled:
-            return self.fn(self.params, steps, exp_avgs, exp_avg_sqs, self.lr, mb)
+            return self.fn(*args)
         # Once a minibatch layout (its keys, shapes, dtypes, and the grad mode) has been
         # compiled, every later call with it passes the same guards: the parameters and
         # the optimizer state keep their shapes, the LR is the one device tensor. The
@@ -140,18 +158,22 @@ class FusedUpdate:
         layout = (torch.is_grad_enabled(), *((k, x.shape, x.dtype) for k, x in mb.items()))
         warm = layout in self._warm
         with torch.compiler.set_stance(skip_guard_eval_unsafe=warm):
-            out = self.fn(self.params, steps, exp_avgs, exp_avg_sqs, self.lr, mb)
+            out = self.fn(*args)
         self._warm.add(layout)
         return out
 
     def _update(self, params: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
-                exp_avg_sqs: list[Tensor], lr: Tensor, mb: Batch) -> Tensor:
+                exp_avg_sqs: list[Tensor], lr: Tensor, alive: Tensor, done: Tensor, lr_factor: Tensor,
+                mb: Batch) -> Tensor:
         def loss(values: list[Tensor]) -> tuple[Tensor, Tensor]:
             losses = functional_call(self.module, dict(zip(self.names, values)), (mb,))
-            return losses.total, torch.stack([losses.total.detach(), *losses[1:]])
+            return losses.total.sum(), torch.stack([losses.total.detach(), *losses[1:]])
 
         detached = [p.detach() for p in params]
         grads, (_, terms) = grad_and_value(loss, has_aux=True)(detached)
+        if self.S > 1:
+            self._members_step(params, list(grads), steps, exp_avgs, exp_avg_sqs, lr, alive, done, lr_factor)
+            return terms
         if self.max_grad_norm is not None:
             grads = list(grads)
             for group in self.clip_groups:  # torch's clip_grad_norm_ rule, per group
@@ -171,3 +193,54 @@ class FusedUpdate:
                 bias2_sqrt = torch.sqrt(1 - torch.pow(b2, step))
                 p.sub_((lr / bias1) * m / (v.sqrt() / bias2_sqrt + self.eps))
         return terms
+
+    def _members_step(self, params: list[Tensor], grads: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
+                      exp_avg_sqs: list[Tensor], lr: Tensor, alive: Tensor, done: Tensor, lr_factor: Tensor) -> None:
+        """Each member's clip and SeedAdam step (``Members.optimizer_step`` and
+        ``SeedAdam._step_group`` without a KL gate), on stacked ``[S, ...]`` tensors."""
+        S = self.S
+
+        def rows(x: Tensor, like: Tensor) -> Tensor:  # [S] against a stacked tensor
+            return x.view(S, *([1] * (like.dim() - 1)))
+
+        def norms_of(indices: list[int]) -> Tensor:  # [S], each member's norm over these gradients
+            return torch.stack([grads[i].flatten(1).square().sum(dim=1) for i in indices]).sum(dim=0).sqrt()
+
+        max_norm = self.hparams.get("max_grad_norm")
+        if max_norm is not None:
+            norms = []
+            for group in self.clip_groups:
+                norm = norms_of(group)
+                coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
+                for i in group:
+                    grads[i] = grads[i] * rows(coef, grads[i]).to(grads[i].dtype)
+                norms.append(norm)
+            norm = torch.stack(norms).sum(dim=0)
+        else:
+            norm = norms_of(list(range(len(grads))))
+        alive.copy_(alive & torch.isfinite(norm))  # a member whose gradient is not finite freezes
+        active = (alive & ~done).float()
+        factor, update = active * lr_factor, active > 0
+        b1, b2 = self.beta1, self.beta2
+        with torch.no_grad():
+            increment = update.to(torch.float32)
+            for step in steps:
+                step.add_(increment)
+            t = torch.stack(steps).double()  # [P, S]
+            counted = t > 0
+            bc2_sqrt = torch.where(counted, torch.sqrt(1 - b2**t), 1.0)
+            seed_lr = torch.where(counted, lr * factor.double(), 0.0)
+            step_size = seed_lr / torch.where(counted, 1 - b1**t, 1.0)
+            mask = update.double()
+            dtype = params[0].dtype
+            weight1 = (mask * (1 - b1)).to(dtype)
+            decay2 = torch.where(update, (mask * b2).to(dtype), 1.0)
+            step_size, bc2_sqrt = step_size.to(dtype), bc2_sqrt.to(dtype)
+            for k, (p, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs)):
+                g = torch.where(rows(update, p), g, 0)  # a held member's gradient (NaN or not) is not read
+                if self.decay:
+                    p.mul_(rows(1 - seed_lr[k] * self.decay, p).to(p.dtype))
+                m.lerp_(g, rows(weight1, p))
+                v.mul_(rows(decay2, p)).addcmul_(g, g, value=1 - b2)
+                denom = v.sqrt() / rows(bc2_sqrt[k], p) + self.eps
+                p.sub_(rows(step_size[k], p) * (m / denom))

@@ -32,6 +32,15 @@ CASES = {
     "whole_batch": (AlgorithmConfig, CartPole, dict(sgd_minibatch_size=None)),
     "a2c": (A2CConfig, CartPole, {}),
     "bf16_amp": (AlgorithmConfig, CartPole, dict(enable_amp=True)),
+    # S members: stacked parameters and SeedAdam, each member clipped and stepped apart.
+    "seeds": (AlgorithmConfig, CartPole, dict(num_seeds=3)),
+    "seeds_hparams_per_network": (AlgorithmConfig, Pendulum, dict(
+        num_seeds=3, clip_grad_per_network=True, normalize_obs=True, entropy_coeff=0.01,
+        member_hparams={"lr": [1e-4, 3e-4, 1e-3], "clip_param": [0.1, 0.2, 0.3], "max_grad_norm": [0.1, 0.5, 5.0],
+                        "entropy_coeff": [0.0, 0.01, 0.02], "vf_coeff": [0.5, 1.0, 2.0]})),
+    "seeds_adamw_adaptive_lr": (AlgorithmConfig, Pendulum, dict(
+        num_seeds=2, optimizer_cls=torch.optim.AdamW, optimizer_config={"lr": 3e-4, "weight_decay": 0.01},
+        kl_adaptive_lr=True, target_kl_div=0.005)),
 }
 
 
@@ -52,7 +61,7 @@ def _close(eager, fused, tol: float = 1e-3) -> None:
         torch.testing.assert_close(b, a, rtol=1e-5, atol=tol * lr, msg=lambda m, name=name: f"{name}: {m}")
     for a, b in zip(eager.policy.model.parameters(), fused.policy.model.parameters()):
         sa, sb = eager.optimizer.state[a], fused.optimizer.state[b]
-        assert float(sa["step"]) == float(sb["step"])
+        assert torch.equal(sa["step"], sb["step"])
         for key in ("exp_avg", "exp_avg_sq"):
             torch.testing.assert_close(sb[key], sa[key], rtol=tol, atol=tol * float(sa[key].abs().max()))
 
@@ -96,14 +105,22 @@ def test_compile_fuses_the_update_where_it_can_and_says_why_not() -> None:
     stopped = AlgorithmConfig(**BASE, compile=True, target_kl_div=0.01).build(CartPole)
     assert stopped.update == stopped.minibatch_update and "KL early stop" in stopped.fused_unsupported
     seeds = AlgorithmConfig(**BASE, compile=True, num_seeds=2).build(CartPole)
-    assert "SeedAdam" in seeds.fused_unsupported
+    assert isinstance(seeds.update, FusedUpdate) and seeds.fused_unsupported is None
+    stopped_seeds = AlgorithmConfig(**BASE, compile=True, num_seeds=2, target_kl_div=0.01).build(CartPole)
+    assert "KL early stop" in stopped_seeds.fused_unsupported
     sgd = AlgorithmConfig(**BASE, compile=True, optimizer_cls=torch.optim.SGD, optimizer_config={"lr": 0.1}).build(CartPole)
     assert "SGD" in sgd.fused_unsupported
 
 
-def test_the_compiled_program_equals_the_uncompiled_one() -> None:
-    eager, fused = _pair("cartpole")
-    compiled = AlgorithmConfig(**BASE, compile=True).build(CartPole)
+@pytest.mark.parametrize("extra", [{}, {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}}],
+                         ids=["one", "members"])
+def test_the_compiled_program_equals_the_uncompiled_one(extra: dict) -> None:
+    config = {**BASE, **extra}
+    fused = AlgorithmConfig(**config).build(CartPole)
+    fused.fused = FusedUpdate(fused, compiled=False)
+    fused.update = fused.fused
+    compiled = AlgorithmConfig(**config, compile=True).build(CartPole)
+    assert isinstance(compiled.update, FusedUpdate)
     compiled.policy.load_state_dict(fused.policy.state_dict())
     # Collect eagerly in both (compile=True also compiles the T loop, with inductor's RNG).
     compiled.rollout.act_fn, compiled.rollout.value_fn = compiled.policy.act_step, compiled.policy.value_step
