@@ -1,7 +1,7 @@
 """rlx against rsl_rl 5.5.1's OnPolicyRunner on a VecEnv task with privileged critic state.
 
     python benchmarks/vs_rsl_rl.py [--device cpu] [--num-envs 1024] [--hidden 128 128] [--eval-at 5 10 20 40]
-                                   [--seeds 0 1 2] [--schedules adaptive fixed] [--threads 2]
+                                   [--seeds 0 1 2] [--schedules adaptive fixed] [--threads 2] [--sides ...]
 
 The task is :class:`rlx.examples.windy_reach.WindyReach`: a point mass reaching a goal
 under a wind and a mass the actor never sees and the critic does (its ``critic`` group),
@@ -21,7 +21,9 @@ return: 0 is the random policy's, 1 a hand-written PD controller's (which does n
 the wind). Training wall-clock excludes the evaluations. With the adaptive schedule rlx
 also runs with both of rsl_rl's rules (``clip_grad_per_network`` and
 ``kl_adaptive_lr_per_minibatch``, what :class:`rlx.runners.OnPolicyRunner` maps
-``schedule: adaptive`` to). Results: the score, the training
+``schedule: adaptive`` to), and ``rlx_rsl_rl_rules_compile`` runs them with ``compile=True``
+(the fused update: what the runner trains when ``torch_compile_mode`` is set; its first
+iteration, compiling, counts in the wall-clock). Results: the score, the training
 wall-clock, per run and the median per setting, in ``benchmarks/results/vs_rsl_rl_<device>.jsonl``.
 """
 
@@ -75,7 +77,7 @@ def run_rsl_rl(args: argparse.Namespace, schedule: str, seed: int) -> tuple[list
 
 
 def run_rlx(args: argparse.Namespace, schedule: str, seed: int, per_network: bool,
-            per_minibatch: bool = False) -> tuple[list[float], float]:
+            per_minibatch: bool = False, compile: bool = False) -> tuple[list[float], float]:
     import dataclasses
 
     from rlx.envs import RslRlVecEnv
@@ -86,7 +88,7 @@ def run_rlx(args: argparse.Namespace, schedule: str, seed: int, per_network: boo
     config = dataclasses.replace(
         algorithm_config_from_rsl_rl(rsl_rl_cfg(args, schedule), args.num_envs, args.device),
         clip_grad_per_network=per_network, kl_adaptive_lr_per_minibatch=schedule == "adaptive" and per_minibatch,
-        seed=seed,
+        seed=seed, compile=compile,
     )
     algo = config.build(RslRlVecEnv.factory(make))
     returns, wall, done = [], 0.0, 0
@@ -112,6 +114,8 @@ def main() -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--schedules", nargs="+", default=["adaptive", "fixed"], choices=["adaptive", "fixed"])
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--sides", nargs="+", default=["rsl_rl", "rlx", "rlx_per_network_clip", "rlx_rsl_rl_rules",
+                                                       "rlx_rsl_rl_rules_compile"])
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -124,7 +128,10 @@ def main() -> None:
     sides = {"rsl_rl": lambda s, seed: run_rsl_rl(args, s, seed),
              "rlx": lambda s, seed: run_rlx(args, s, seed, False),
              "rlx_per_network_clip": lambda s, seed: run_rlx(args, s, seed, True),
-             "rlx_rsl_rl_rules": lambda s, seed: run_rlx(args, s, seed, True, True)}
+             "rlx_rsl_rl_rules": lambda s, seed: run_rlx(args, s, seed, True, True),
+             # What OnPolicyRunner trains with rsl_rl's torch_compile_mode set: the fused update.
+             "rlx_rsl_rl_rules_compile": lambda s, seed: run_rlx(args, s, seed, True, s == "adaptive", True)}
+    sides = {name: side for name, side in sides.items() if name in args.sides}
     rows = []
     for schedule in args.schedules:
         names = [n for n in sides if schedule == "adaptive" or n != "rlx_rsl_rl_rules"]  # the same as per-network when fixed

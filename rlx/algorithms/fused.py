@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value
 
+from rlx.algorithms.kl_control import adapt_lr_
 from rlx.core.compiling import compiled as compile_fn
 from rlx.members.optim import SeedAdam
 
@@ -48,8 +49,6 @@ def fused_unsupported(algo: PPO) -> str | None:
         return "accumulate_grads"
     if algo.kl_stop is not None:
         return "the KL early stop (target_kl_div without kl_adaptive_lr)"
-    if cfg.kl_adaptive_lr_per_minibatch:
-        return "kl_adaptive_lr_per_minibatch"
     if getattr(cfg, "rnd", None) is not None:
         return "rnd (the predictor's own step)"
     if cfg.symmetry_augment or cfg.mirror_loss_coeff is not None:
@@ -112,6 +111,14 @@ class FusedUpdate:
         self.eps = float(group["eps"])
         self.decay = float(group["weight_decay"]) if _decoupled(self.optimizer) else 0.0
         self.max_grad_norm = algo.config.max_grad_norm
+        cfg = algo.config
+        # rsl_rl's adaptive rule before every step (kl_adaptive_lr_per_minibatch): the
+        # program adapts the base LR tensor in place from the minibatch's KL and steps with it.
+        self.per_minibatch = bool(getattr(cfg, "kl_adaptive_lr_per_minibatch", False))
+        if self.per_minibatch:
+            self.kl_index, self.target_kl = algo._kl_index, float(cfg.target_kl_div)
+            self.lr_bounds = tuple(float(b) for b in cfg.kl_adaptive_lr_bounds)
+            self.lr_base, self.lr_applied = algo._lr_tensor, algo._lr_applied
         # Indices of the parameters clipped together: all, or the actor's and the critic's.
         index = {id(p): i for i, p in enumerate(self.params)}
         groups = algo.clip_groups or [self.params]
@@ -140,13 +147,17 @@ class FusedUpdate:
 
     def __call__(self, mb: Batch) -> Tensor:
         lr = self.optimizer.param_groups[0]["lr"]
-        if isinstance(lr, Tensor):
-            self.lr.copy_(lr)
+        if self.per_minibatch:
+            lr, applied = self.lr_base, self.lr_applied
         else:
-            self.lr.fill_(lr)
+            if isinstance(lr, Tensor):
+                self.lr.copy_(lr)
+            else:
+                self.lr.fill_(lr)
+            lr, applied = self.lr, None
         steps, exp_avgs, exp_avg_sqs = self._state()
         members = self.members
-        args = (self.params, steps, exp_avgs, exp_avg_sqs, self.lr, members.alive, members.done, members.lr_factor, mb)
+        args = (self.params, steps, exp_avgs, exp_avg_sqs, lr, applied, members.alive, members.done, members.lr_factor, mb)
         if not self.compiled:
             return self.fn(*args)
         # Once a minibatch layout (its keys, shapes, dtypes, and the grad mode) has been
@@ -163,14 +174,18 @@ class FusedUpdate:
         return out
 
     def _update(self, params: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
-                exp_avg_sqs: list[Tensor], lr: Tensor, alive: Tensor, done: Tensor, lr_factor: Tensor,
-                mb: Batch) -> Tensor:
+                exp_avg_sqs: list[Tensor], lr: Tensor, lr_applied: Tensor | None, alive: Tensor, done: Tensor,
+                lr_factor: Tensor, mb: Batch) -> Tensor:
         def loss(values: list[Tensor]) -> tuple[Tensor, Tensor]:
             losses = functional_call(self.module, dict(zip(self.names, values)), (mb,))
             return losses.total.sum(), torch.stack([losses.total.detach(), *losses[1:]])
 
         detached = [p.detach() for p in params]
         grads, (_, terms) = grad_and_value(loss, has_aux=True)(detached)
+        if lr_applied is not None:  # the per-minibatch adaptive rule, before this step
+            with torch.no_grad():
+                adapt_lr_(lr, terms[self.kl_index], self.target_kl, self.lr_bounds)
+                lr_applied.copy_(lr)
         if self.S > 1:
             self._members_step(params, list(grads), steps, exp_avgs, exp_avg_sqs, lr, alive, done, lr_factor)
             return terms

@@ -129,8 +129,6 @@ class PPO(Algorithm):
         self.kl_stop = None
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
             self.kl_stop = KLEarlyStop(self.hparams.get("target_kl_div", torch.float64), self.device, self.members.lead)
-        if config.compile and not isinstance(self.env.observation_spec.zero(), Tensor):
-            raise ValueError("AlgorithmConfig.compile: needs tensor observations, got a Composite observation spec")
         if config.cudagraphs:
             if self.device.type != "cuda":
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")

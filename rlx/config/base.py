@@ -285,7 +285,7 @@ class MinibatchConfig(CommonConfig):
     #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
     #: collect, and PPO's whole minibatch update as one program where it can
     #: (:mod:`rlx.algorithms.fused`; else the update's forward pass and losses). The first collect and step
-    #: pay for compiling (tens of seconds on a CPU); tensor observations only. Sampling
+    #: pay for compiling (tens of seconds on a CPU); observation groups work too. Sampling
     #: draws from inductor's RNG, so runs differ from eager ones with the same seed.
     #: Combines with ``cudagraphs``: the captured update runs the compiled code.
     compile: bool = False

@@ -13,7 +13,9 @@ Two layouts are read, the ones rsl_rl's ``OnPolicyRunner`` takes:
 Both have ``num_steps_per_env``, ``obs_groups`` and an ``algorithm`` section (PPO:
 ``num_learning_epochs``, ``num_mini_batches``, ``clip_param``, ``use_clipped_value_loss``,
 ``value_loss_coef``, ``entropy_coef``, ``learning_rate``, ``schedule``, ``desired_kl``,
-``gamma``, ``lam``, ``max_grad_norm``, ``optimizer``). Each maps to the rlx field that
+``gamma``, ``lam``, ``max_grad_norm``, ``optimizer``), and ``torch_compile_mode``
+(``"default"`` or ``"max-autotune-no-cudagraphs"``: rlx's ``compile``, which fuses the
+whole minibatch update). Each maps to the rlx field that
 does the same; the gradient is clipped per network (rsl_rl's rule:
 ``clip_grad_per_network``), the adaptive schedule adapts before every minibatch's step
 (``kl_adaptive_lr_per_minibatch``, rsl_rl's placement) and rewards are not scaled
@@ -155,8 +157,12 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
     rnd = _rnd(alg.get("rnd_cfg"), cfg.get("obs_groups") or {}, num_envs, env)
     if alg.get("normalize_advantage_per_mini_batch"):
         _fail("'algorithm']['normalize_advantage_per_mini_batch'", "rlx normalizes advantages over the whole batch")
-    if cfg.get("torch_compile_mode"):
-        _fail("'torch_compile_mode'", "use rlx's compile (AlgorithmConfig.compile) instead")
+    compile_mode = cfg.get("torch_compile_mode")
+    if compile_mode in ("reduce-overhead", "max-autotune"):  # rsl_rl refuses them too
+        _fail("'torch_compile_mode'", f"{compile_mode!r} captures CUDA graphs around each model call; rlx "
+                                      "captures the whole update with AlgorithmConfig.cudagraphs instead")
+    if compile_mode not in (None, "default", "max-autotune-no-cudagraphs"):
+        _fail("'torch_compile_mode'", f"{compile_mode!r} is not one of [None, 'default', 'max-autotune-no-cudagraphs']")
     optimizer = str(alg.get("optimizer", "adam")).lower()
     if optimizer not in OPTIMIZERS:
         _fail("'algorithm']['optimizer'", f"{optimizer!r} is not one of {sorted(OPTIMIZERS)}")
@@ -191,7 +197,7 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         model_config={"hiddens": nets["actor"], "critic_hiddens": nets["critic"], "activation_fn": nets["activation"],
                       "log_std_init": math.log(nets["init_std"])},
         obs_groups={k: list(v) for k, v in obs_groups.items() if k in ("actor", "critic")} if obs_groups else None,
-        device=device, seed=cfg.get("seed"), **symmetry, rnd=rnd,
+        device=device, seed=cfg.get("seed"), **symmetry, rnd=rnd, compile=compile_mode is not None,
     )
 
 
@@ -335,7 +341,7 @@ def distillation_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: 
         if alg.get(key) is not None:
             _fail(f"'algorithm'][{key!r}", "is not compatible with Distillation (as in rsl_rl)")
     if cfg.get("torch_compile_mode"):
-        _fail("'torch_compile_mode'", "use rlx's compile (AlgorithmConfig.compile) instead")
+        _fail("'torch_compile_mode'", "rlx's distillation step runs eagerly; remove it")
     optimizer = str(alg.get("optimizer", "adam")).lower()
     if optimizer not in OPTIMIZERS:
         _fail("'algorithm']['optimizer'", f"{optimizer!r} is not one of {sorted(OPTIMIZERS)}")

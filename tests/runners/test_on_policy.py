@@ -50,6 +50,17 @@ def test_rsl_rl_5x_fields_map_to_the_rlx_fields_that_do_the_same() -> None:
     assert c.model_config == {"hiddens": [64, 64], "critic_hiddens": [64, 32], "activation_fn": "elu",
                               "log_std_init": math.log(0.5)}
     assert c.obs_groups == {"actor": ["policy"], "critic": ["policy", "critic"]}
+    assert not c.compile and algorithm_config_from_rsl_rl({**CFG_5, "torch_compile_mode": "default"}, 64).compile
+
+
+def test_torch_compile_mode_fuses_the_update_on_observation_groups() -> None:
+    """rsl_rl's torch_compile_mode turns on rlx's compile: the whole minibatch update is one
+    program, on the VecEnv's TensorDict of groups, and the runner trains."""
+    runner = OnPolicyRunner(WindyReach(64, "cpu", seed=0), {**CFG_5, "torch_compile_mode": "default", "save_interval": 0},
+                            device="cpu")
+    assert runner.alg.fused is not None, runner.alg.fused_unsupported
+    runner.learn(2)
+    assert runner.current_learning_iteration == 2
 
 
 def test_rsl_rl_3x_fields_map_too() -> None:
@@ -75,6 +86,8 @@ def test_rsl_rl_3x_fields_map_too() -> None:
     (lambda c: c["critic"].update(activation="relu"), "differs from the actor's 'elu'"),
     (lambda c: c["critic"].update(obs_normalization=True), "observation normalization differ"),
     (lambda c: c.update(rnd_state=1), r"\['rnd_state'\]: unknown field"),
+    (lambda c: c.update(torch_compile_mode="reduce-overhead"), "AlgorithmConfig.cudagraphs instead"),
+    (lambda c: c.update(torch_compile_mode="fast"), "'fast' is not one of"),
 ])
 def test_a_field_rlx_cannot_honour_is_refused_by_name(change, message: str) -> None:
     cfg = copy.deepcopy(CFG_5)
