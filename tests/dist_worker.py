@@ -1,7 +1,7 @@
 """A torchrun worker for tests/test_distributed.py (also runs as a single process).
 
     python tests/dist_worker.py MODE TOTAL_ENVS OUT
-        (MODE: ppo, npg, recurrent_ppo, rsl_rl_groups, ppo_kl_stop, ppo_seeds, npg_seeds, seeds_done,
+        (MODE: ppo, npg, recurrent_ppo, rsl_rl_groups, ppo_symmetry, ppo_kl_stop, ppo_seeds, npg_seeds, seeds_done,
         mismatch, mismatch_env_kwargs, die, running_stats)
 """
 
@@ -147,6 +147,12 @@ def pbt(common: dict, out: str, rank: int) -> None:
         torch.distributed.destroy_process_group()
 
 
+def negate(obs: TensorDict, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor]:
+    """A mirror for ``ppo_symmetry``: an involution (the test needs the arithmetic, not the
+    walker's true symmetry)."""
+    return obs.apply(torch.neg), -actions
+
+
 def main() -> None:
     mode, total, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rdist.init_from_env(device_type="cpu")
@@ -207,6 +213,11 @@ def main() -> None:
             config = AlgorithmConfig(**common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2},
                                      rnd={"weight": 0.5, "predictor_hiddens": [16], "target_hiddens": [16],
                                           "embedding_dim": 4, "normalize_state": True})
+        elif mode == "ppo_symmetry":  # each rank mirrors its own minibatch rows; the mirror loss averaged too
+            # On the VecEnv walker (continuous actions, which the mirror loss compares).
+            config = AlgorithmConfig(**common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2},
+                                     entropy_coeff=0.01, obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]},
+                                     symmetry_fn=negate, symmetry_augment=True, mirror_loss_coeff=0.5)
         elif mode == "ppo_sweep":  # 2 members that differ in hyperparameters, each data-parallel
             IndexedWalker.seeds = 2
             config = AlgorithmConfig(**common, num_seeds=2, num_sgd_iters=3, shuffle_minibatches=False,
@@ -223,7 +234,7 @@ def main() -> None:
         else:  # die, mismatch_env_kwargs
             config = AlgorithmConfig(**common)
         env_cls = IndexedWalker
-        if mode == "rsl_rl_groups":
+        if mode in ("rsl_rl_groups", "ppo_symmetry"):
             from rlx.envs import RslRlVecEnv
 
             env_cls = RslRlVecEnv.factory(IndexedWalkerVecEnv)

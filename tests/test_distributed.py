@@ -48,7 +48,7 @@ def _config_mismatch_messages(tmp_path: Path, mode: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize("mode", ["ppo", "npg", "recurrent_ppo", "rsl_rl_groups", "ppo_seeds", "npg_seeds", "ppo_sweep",
-                                  "ppo_rnd"])
+                                  "ppo_rnd", "ppo_symmetry"])
 def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: str) -> None:
     single = subprocess.run([sys.executable, WORKER, mode, "8", str(tmp_path / "single.pt")], capture_output=True,
                             text=True, timeout=120, env=_env())
@@ -64,6 +64,8 @@ def test_two_ranks_with_half_the_envs_equal_one_rank_with_all(tmp_path, mode: st
         keys += [f"seed{i}/{k}" for i in range(2) for k in keys]
     if mode == "rsl_rl_groups":  # the env's log extras are reduced across ranks like rlx's own stats
         keys.append("env/position")
+    if mode == "ppo_symmetry":
+        keys.append("losses/mirror")
     for key in keys:
         assert a["stats"][key] == pytest.approx(b["stats"][key], rel=1e-4, abs=1e-6), key
 
