@@ -24,6 +24,7 @@ from torch.func import functional_call, grad_and_value
 
 from rlx.algorithms.kl_control import adapt_lr_
 from rlx.core.compiling import compiled as compile_fn
+from rlx.env import OBS
 from rlx.members.optim import SeedAdam
 
 if TYPE_CHECKING:
@@ -49,10 +50,6 @@ def fused_unsupported(algo: PPO) -> str | None:
         return "accumulate_grads"
     if algo.kl_stop is not None:
         return "the KL early stop (target_kl_div without kl_adaptive_lr)"
-    if getattr(cfg, "rnd", None) is not None:
-        return "rnd (the predictor's own step)"
-    if cfg.symmetry_augment or cfg.mirror_loss_coeff is not None:
-        return "symmetry_augment and mirror_loss_coeff"
     if algo.world_size > 1:
         return "torch.distributed"
     if algo.policy.recurrent:
@@ -100,6 +97,7 @@ class FusedUpdate:
 
     def __init__(self, algo: PPO, compiled: bool = True) -> None:
         self.optimizer = algo.optimizer
+        self.algo = algo
         self.members, self.hparams = algo.members, algo.hparams
         self.S = algo.members.size
         self.params = [p for p in algo.policy.model.parameters() if p.requires_grad]
@@ -146,6 +144,16 @@ class FusedUpdate:
                 [state[p]["exp_avg_sq"] for p in self.params])
 
     def __call__(self, mb: Batch) -> Tensor:
+        algo = self.algo
+        if algo.config.symmetry_augment:  # the twins (the user's mirror, eager), then the program on both
+            mb = algo.symmetry.augment(mb, self.S)
+        terms = self._program(mb)
+        if algo.rnd is not None:  # RND's predictor takes its own step on the minibatch, as in the eager update
+            algo._rnd_loss += algo.rnd.train_step(mb[OBS])
+            algo._rnd_steps += 1
+        return terms
+
+    def _program(self, mb: Batch) -> Tensor:
         lr = self.optimizer.param_groups[0]["lr"]
         if self.per_minibatch:
             lr, applied = self.lr_base, self.lr_applied

@@ -17,6 +17,7 @@ import torch
 from rlx import A2CConfig, AlgorithmConfig
 from rlx.algorithms.fused import FusedUpdate
 from rlx.envs import CartPole, Pendulum
+from rlx.examples.windy_reach import mirror as windy_mirror
 
 BASE = dict(num_envs=32, horizon=16, device="cpu", seed=0, sgd_minibatch_size=128, num_sgd_iters=4,
             model_config={"hiddens": [32, 32]})
@@ -38,6 +39,12 @@ CASES = {
     # Observation groups (a TensorDict of groups, an asymmetric critic) through the program.
     "obs_groups": (AlgorithmConfig, "windy", dict(obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]},
                                                   normalize_obs=True, clip_grad_per_network=True)),
+    # The extensions: mirrored twins and the mirror loss in the program, RND's step after it.
+    "symmetry": (AlgorithmConfig, "windy", dict(obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]},
+                                                symmetry_fn=windy_mirror, symmetry_augment=True,
+                                                mirror_loss_coeff=0.5, entropy_coeff=0.01)),
+    "rnd": (AlgorithmConfig, Pendulum, dict(rnd={"weight": 0.5, "predictor_hiddens": [16], "target_hiddens": [16],
+                                                 "embedding_dim": 4, "normalize_state": True})),
     "seeds": (AlgorithmConfig, CartPole, dict(num_seeds=3)),
     "seeds_hparams_per_network": (AlgorithmConfig, Pendulum, dict(
         num_seeds=3, clip_grad_per_network=True, normalize_obs=True, entropy_coeff=0.01,
@@ -95,8 +102,16 @@ def test_fused_update_equals_the_eager_update_on_the_same_data(name: str) -> Non
         # bf16 autocast: the program keeps float32 between the ops it fuses, where eager
         # rounds every op's output to bf16 (8 mantissa bits): steps agree to 5% of lr.
         tol = 5e-2 if name == "bf16_amp" else 1e-3
+        if name == "rnd":
+            # Measured: 1.2e-5 (1.2% of lr) on the first step's critic, 1e-7 on the next: an
+            # entry whose gradient is a near-total cancellation (6e-5 of terms near 1 here)
+            # keeps float32 reassociation at a percent of itself, and Adam's step divides
+            # each entry by its own magnitude, so that percent reaches the parameter.
+            tol = 2e-2
         _close(eager, fused, tol)
-        for key in ("losses/total", "losses/policy", "losses/vf", "monitors/kl_div"):
+        for key in ("losses/total", "losses/policy", "losses/vf", "monitors/kl_div", "losses/mirror", "losses/rnd"):
+            if key not in stats[0]:
+                continue
             assert stats[1][key] == pytest.approx(stats[0][key], rel=tol, abs=1e-6), key
         assert stats[1]["monitors/lr"] == stats[0]["monitors/lr"]
 
@@ -131,11 +146,15 @@ def test_compile_fuses_the_update_where_it_can_and_says_why_not() -> None:
 GROUPS = {"obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]}, "normalize_obs": True}
 
 
-@pytest.mark.parametrize("extra", [{}, {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}}, GROUPS],
-                         ids=["one", "members", "obs_groups"])
-def test_the_compiled_program_equals_the_uncompiled_one(extra: dict) -> None:
+COMPILED = {"one": (CartPole, {}), "members": (CartPole, {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}}),
+            "obs_groups": ("windy", GROUPS), "symmetry": ("windy", CASES["symmetry"][2]), "rnd": (Pendulum, CASES["rnd"][2])}
+
+
+@pytest.mark.parametrize("name", list(COMPILED))
+def test_the_compiled_program_equals_the_uncompiled_one(name: str) -> None:
+    env, extra = COMPILED[name]
     config = {**BASE, **extra}
-    env = _windy() if "obs_groups" in extra else CartPole
+    env = _windy() if env == "windy" else env
     fused = AlgorithmConfig(**config).build(env)
     fused.fused = FusedUpdate(fused, compiled=False)
     fused.update = fused.fused
