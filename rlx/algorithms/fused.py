@@ -23,6 +23,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value
 
 from rlx.algorithms.kl_control import adapt_lr_
+from rlx.core.compiling import call_warm
 from rlx.core.compiling import compiled as compile_fn
 from rlx.env import OBS
 from rlx.members.optim import SeedAdam
@@ -175,9 +176,7 @@ class FusedUpdate:
         # B = 1024 on one CPU core) are skipped; a new layout (the last, smaller minibatch)
         # is checked, and compiled once, as before.
         layout = (torch.is_grad_enabled(), *((k, x.shape, x.dtype) for k, x in mb.items()))
-        warm = layout in self._warm
-        with torch.compiler.set_stance(skip_guard_eval_unsafe=warm):
-            out = self.fn(*args)
+        out = call_warm(self.fn, *args, warm=layout in self._warm)
         self._warm.add(layout)
         return out
 

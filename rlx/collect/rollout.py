@@ -22,7 +22,7 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from rlx.collect.buffer import ACTIONS, FINAL_VALUES, HIDDEN, LOGP, RESETS, VALUES, StepColumns, make_buffer
-from rlx.core.compiling import compiled
+from rlx.core.compiling import call_warm, compiled
 from rlx.core.cuda_graphs import GraphedCall
 from rlx.env import (
     FINAL_OBS,
@@ -260,9 +260,8 @@ class Rollout:
             # per-call guard checks, half of a CPU T loop's time at B = 64, are skipped.
             # (Only the guards telling the two modes apart run, once both exist.)
             warm = deterministic in self._compiled_modes
-            with torch.compiler.set_stance(skip_guard_eval_unsafe=warm):
-                for t in range(T):
-                    self.compiled_step(self.columns[t], deterministic)
+            for t in range(T):
+                call_warm(self.compiled_step, self.columns[t], deterministic, warm=warm)
             self._compiled_modes.add(deterministic)
             return
         for t in range(T):

@@ -99,6 +99,22 @@ def _fail(where: str, why: str) -> None:
     raise ConfigError(f"train_cfg[{where}]: {why}")
 
 
+def _optimizer(alg: dict[str, Any]) -> type[torch.optim.Optimizer]:
+    """The optimizer class of an ``algorithm`` section's ``optimizer`` name."""
+    optimizer = str(alg.get("optimizer", "adam")).lower()
+    if optimizer not in OPTIMIZERS:
+        _fail("'algorithm']['optimizer'", f"{optimizer!r} is not one of {sorted(OPTIMIZERS)}")
+    return OPTIMIZERS[optimizer]
+
+
+def _check_network(net: dict[str, Any]) -> None:
+    """A mapped network's activation and initial std, refused by name when rlx lacks them."""
+    if net["activation"] not in ACTIVATIONS:
+        _fail(f"{net['where']}]['activation'", f"{net['activation']!r} is not one of {sorted(ACTIVATIONS)}")
+    if not net["init_std"] > 0:
+        _fail(f"{net['where']}]['init_noise_std'", f"must be > 0, got {net['init_std']}")
+
+
 def _networks(cfg: dict[str, Any]) -> dict[str, Any]:
     """hidden sizes, activation, initial std and normalization of either layout."""
     if "policy" in cfg:  # 3.x / 4.x
@@ -163,17 +179,12 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
                                       "captures the whole update with AlgorithmConfig.cudagraphs instead")
     if compile_mode not in (None, "default", "max-autotune-no-cudagraphs"):
         _fail("'torch_compile_mode'", f"{compile_mode!r} is not one of [None, 'default', 'max-autotune-no-cudagraphs']")
-    optimizer = str(alg.get("optimizer", "adam")).lower()
-    if optimizer not in OPTIMIZERS:
-        _fail("'algorithm']['optimizer'", f"{optimizer!r} is not one of {sorted(OPTIMIZERS)}")
+    optimizer_cls = _optimizer(alg)
     nets = _networks(cfg)
     if nets["norm"][0] != nets["norm"][1]:
         _fail(f"{nets['where']}", f"actor and critic observation normalization differ ({nets['norm']}): rlx "
                                   "normalizes the observations of both networks or of neither")
-    if nets["activation"] not in ACTIVATIONS:
-        _fail(f"{nets['where']}]['activation'", f"{nets['activation']!r} is not one of {sorted(ACTIVATIONS)}")
-    if not nets["init_std"] > 0:
-        _fail(f"{nets['where']}]['init_noise_std'", f"must be > 0, got {nets['init_std']}")
+    _check_network(nets)
     steps = int(cfg.get("num_steps_per_env", 24))
     minibatches = int(alg.get("num_mini_batches", 4))
     if (num_envs * steps) % minibatches:
@@ -189,7 +200,7 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         vf_coeff=float(alg.get("value_loss_coef", 1.0)), entropy_coeff=float(alg.get("entropy_coef", 0.01)),
         gamma=float(alg.get("gamma", 0.99)), gae_lambda=float(alg.get("lam", 0.95)),
         max_grad_norm=float(alg.get("max_grad_norm", 1.0)), clip_grad_per_network=True,
-        optimizer_cls=OPTIMIZERS[optimizer], optimizer_config={"lr": float(alg.get("learning_rate", 1e-3))},
+        optimizer_cls=optimizer_cls, optimizer_config={"lr": float(alg.get("learning_rate", 1e-3))},
         kl_adaptive_lr=adaptive, target_kl_div=float(alg["desired_kl"]) if adaptive else None,
         kl_adaptive_lr_per_minibatch=adaptive,
         kl_adaptive_lr_bounds=(1e-5, 1e-2), enable_amp=bool(alg.get("use_mixed_precision", False)),
@@ -342,14 +353,9 @@ def distillation_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: 
             _fail(f"'algorithm'][{key!r}", "is not compatible with Distillation (as in rsl_rl)")
     if cfg.get("torch_compile_mode"):
         _fail("'torch_compile_mode'", "rlx's distillation step runs eagerly; remove it")
-    optimizer = str(alg.get("optimizer", "adam")).lower()
-    if optimizer not in OPTIMIZERS:
-        _fail("'algorithm']['optimizer'", f"{optimizer!r} is not one of {sorted(OPTIMIZERS)}")
+    optimizer_cls = _optimizer(alg)
     student = _student(cfg)
-    if student["activation"] not in ACTIVATIONS:
-        _fail(f"{student['where']}]['activation'", f"{student['activation']!r} is not one of {sorted(ACTIVATIONS)}")
-    if not student["init_std"] > 0:
-        _fail(f"{student['where']}]['init_noise_std'", f"must be > 0, got {student['init_std']}")
+    _check_network(student)
     steps = int(cfg.get("num_steps_per_env", 24))
     length = int(alg.get("gradient_length", 15))
     if not 1 <= length:
@@ -360,7 +366,7 @@ def distillation_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: 
         num_envs=num_envs, horizon=steps, num_sgd_iters=int(alg.get("num_learning_epochs", 1)),
         sgd_minibatch_size=min(length, steps) * num_envs,
         max_grad_norm=float(max_grad_norm) / length if max_grad_norm else None,
-        loss_type=str(alg.get("loss_type", "mse")), optimizer_cls=OPTIMIZERS[optimizer],
+        loss_type=str(alg.get("loss_type", "mse")), optimizer_cls=optimizer_cls,
         optimizer_config={"lr": float(alg.get("learning_rate", 1e-3))},
         enable_amp=bool(alg.get("use_mixed_precision", False)), normalize_obs=student["norm"],
         normalize_rewards=False,

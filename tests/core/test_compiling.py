@@ -1,0 +1,38 @@
+"""rlx.core.compiling: each compiled function's own dynamo cache, and warm calls that fall
+back to checking every guard instead of failing."""
+
+from __future__ import annotations
+
+import torch
+
+from rlx.core.compiling import call_warm, compiled
+
+
+class Scaler:
+    def __init__(self, factor: float) -> None:
+        self.factor = factor
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor + 1
+
+
+def test_every_compiled_method_has_a_cache_of_its_own() -> None:
+    """Dynamo keeps its entries on the code object; eight instances of one method would
+    spend its eight-entry limit, and the next would run eagerly. Each copy counts alone."""
+    fns = [compiled(Scaler(float(k)).apply) for k in range(12)]
+    codes = {fn._torchdynamo_orig_callable.__func__.__code__ for fn in fns}
+    assert len(codes) == 12
+    x = torch.arange(4.0)
+    for k, fn in enumerate(fns):
+        torch.testing.assert_close(fn(x), x * k + 1)
+    original = Scaler.apply.__code__
+    assert all(code is not original and code.co_code == original.co_code for code in codes)
+
+
+def test_a_warm_call_with_inputs_never_seen_compiles_them_instead_of_failing() -> None:
+    fn = compiled(Scaler(2.0).apply)
+    x = torch.arange(4.0)
+    call_warm(fn, x, warm=False)  # compiled for [4]
+    torch.testing.assert_close(call_warm(fn, x), x * 2 + 1)  # guards skipped
+    y = torch.arange(6.0).view(2, 3)  # a shape it was never compiled for: dynamo refuses under the stance...
+    torch.testing.assert_close(call_warm(fn, y), y * 2 + 1)  # ...and the call is made again with every guard
