@@ -91,7 +91,9 @@ def _cmd_train(args: argparse.Namespace) -> int:
         overrides.append(f"config.num_seeds={args.seeds}")
     run = load_run_config(args.config, overrides)
     if args.rsl_rl_cfg is not None:
-        run = _with_rsl_rl_cfg(run, args.rsl_rl_cfg)
+        from rlx.runners.rsl_rl_cfg import run_config_from_rsl_rl
+
+        run = run_config_from_rsl_rl(run, args.rsl_rl_cfg)
     if args.resume and _population_run(args):  # PBT's drawn population is the run directory's
         run = _saved_run(args, run)
     elif args.pbt is not None:
@@ -175,28 +177,6 @@ def _member_arg(args: argparse.Namespace) -> int | None:
     member, value, metric = best_member(run_dir)
     print(f"best member: {member} ({metric} {value:.2f}, the mean of its last reports)")
     return member
-
-
-def _with_rsl_rl_cfg(run: Any, path: str) -> Any:
-    """``run`` with its algorithm from rsl_rl's ``train_cfg`` in ``path`` (YAML or JSON):
-    PPO as :func:`rlx.runners.algorithm_config_from_rsl_rl` maps it, on the run config's
-    ``num_envs`` and device; its ``save_interval`` and ``max_iterations`` set the trainer's
-    ``checkpoint_every`` and ``max_iterations``."""
-    import dataclasses
-
-    from rlx.core.yaml_types import load_yaml
-    from rlx.runners.rsl_rl_cfg import algorithm_config_from_rsl_rl
-
-    cfg = load_yaml(Path(path).read_text())
-    if not isinstance(cfg, dict):
-        raise ValueError(f"--rsl-rl-cfg {path}: must hold a mapping (rsl_rl's train_cfg), got {type(cfg).__name__}")
-    config = algorithm_config_from_rsl_rl(cfg, run.config.num_envs, run.config.device)
-    trainer = run.trainer
-    if cfg.get("save_interval"):
-        trainer = dataclasses.replace(trainer, checkpoint_every=int(cfg["save_interval"]))
-    if cfg.get("max_iterations"):
-        trainer = dataclasses.replace(trainer, max_iterations=int(cfg["max_iterations"]))
-    return dataclasses.replace(run, algorithm="ppo", config=config, trainer=trainer)
 
 
 def _train(args: argparse.Namespace, run: Any) -> int:
@@ -369,9 +349,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="torch CPU threads (default auto: the cores other processes leave free, looked at again "
                        "every 5 s; OMP_NUM_THREADS, when set, is kept)")
     train.add_argument("--rsl-rl-cfg", metavar="FILE",
-                       help="train PPO from rsl_rl's train_cfg (YAML or JSON; rsl_rl 3.x to 5.x layouts, "
-                            "Isaac Lab's agent config as a dict) instead of the run config's algorithm; the run "
-                            "config still gives the env, num_envs, the device and the trainer")
+                       help="train PPO (or a Distillation) from rsl_rl's train_cfg (YAML or JSON; rsl_rl 3.x to "
+                            "5.x layouts, Isaac Lab's agent config as a dict) instead of the run config's algorithm; "
+                            "the run config still gives the env, num_envs, the device, the trainer and, to distil, "
+                            "config.teacher")
     train.add_argument("--seeds", type=int, metavar="S",
                        help="train S independent agents at once (seeds seed..seed+S-1; config.num_seeds); every algorithm")
     train.add_argument("--pbt", metavar="members=N,every=K,...",

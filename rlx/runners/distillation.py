@@ -41,8 +41,8 @@ from rlx.config import ConfigError
 from rlx.core.yaml_types import config_to_dict
 from rlx.envs.rsl_rl import RslRlVecEnv
 from rlx.run.checkpoint import load_checkpoint, save_checkpoint_atomic
-from rlx.runners.on_policy import RUNNER_CHECKPOINT, OnPolicyRunner
-from rlx.runners.rsl_rl_cfg import distillation_config_from_rsl_rl, rsl_rl_teacher_cfg
+from rlx.runners.on_policy import OnPolicyRunner
+from rlx.runners.rsl_rl_cfg import distillation_config_from_rsl_rl, rsl_rl_teacher_cfg, teacher_kind
 
 __all__ = ["DistillationRunner"]
 
@@ -100,17 +100,11 @@ class DistillationRunner(OnPolicyRunner):
             self.alg.load_state_dict(state["algorithm"])
             self.current_learning_iteration = int(state["iter"])
             return state.get("infos")
-        if state.get("format") == RUNNER_CHECKPOINT or "algorithm" in state and "config" in state:
+        if teacher_kind(state, f"DistillationRunner.load: {path}") == "rlx":
             teacher = {"kind": "rlx", "checkpoint": load_checkpoint(path)}  # rlx's own: weights only
-        elif state.get("actor_state_dict") is not None or state.get("teacher_state_dict") is not None:
+        else:
             weights = state.get("actor_state_dict") or state.get("teacher_state_dict")
             teacher = {"kind": "rsl_rl", "checkpoint": {"actor_state_dict": weights}}
-        elif "model_state_dict" in state:
-            raise ConfigError(f"DistillationRunner.load: {path} is an rsl_rl 3.x/4.x checkpoint (model_state_dict); "
-                              "rlx distils teachers of rlx's runners and of rsl_rl 5.x")
-        else:
-            raise ConfigError(f"DistillationRunner.load: {path} is neither a teacher (an rlx or rsl_rl 5.x PPO "
-                              f"checkpoint) nor a DistillationRunner checkpoint (keys {sorted(state)[:8]})")
         self._build(teacher)
         return state.get("infos")
 

@@ -40,7 +40,8 @@ import torch
 
 from rlx.config import AlgorithmConfig, ConfigError, DistillationConfig
 
-__all__ = ["RslRlMirror", "algorithm_config_from_rsl_rl", "distillation_config_from_rsl_rl", "rsl_rl_teacher_cfg"]
+__all__ = ["RslRlMirror", "algorithm_config_from_rsl_rl", "distillation_config_from_rsl_rl", "distillation_from_rsl_rl",
+           "rsl_rl_teacher_cfg", "run_config_from_rsl_rl", "teacher_kind"]
 
 SYMMETRY_KEYS = {"use_data_augmentation", "use_mirror_loss", "data_augmentation_func", "mirror_loss_coeff", "env",
                  "class_name"}
@@ -375,3 +376,65 @@ def distillation_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: 
         obs_groups={"actor": student["groups"], "critic": student["groups"]},
         device=device, seed=cfg.get("seed"),
     )
+
+
+def teacher_kind(state: dict[str, Any], where: str) -> str:
+    """``"rlx"`` or ``"rsl_rl"``: who wrote the teacher checkpoint ``state``.
+
+    Raises:
+        ConfigError: naming ``where``: an rsl_rl 3.x/4.x checkpoint, or none of either.
+    """
+    if "algorithm" in state and "config" in state:  # rlx train's and the runners' checkpoints
+        return "rlx"
+    if state.get("actor_state_dict") is not None or state.get("teacher_state_dict") is not None:
+        return "rsl_rl"
+    if "model_state_dict" in state:
+        raise ConfigError(f"{where}: an rsl_rl 3.x/4.x checkpoint (model_state_dict); rlx distils teachers of rlx's "
+                          "runners and of rsl_rl 5.x")
+    raise ConfigError(f"{where}: neither a teacher (an rlx or rsl_rl 5.x PPO checkpoint) nor a DistillationRunner "
+                      f"checkpoint (keys {sorted(state)[:8]})")
+
+
+def distillation_from_rsl_rl(cfg: dict[str, Any], run_config: Any, where: str) -> Any:
+    """``rlx train --rsl-rl-cfg``'s distillation: ``cfg`` mapped on the run config's
+    ``num_envs`` and device, the teacher its ``config.teacher`` (an rsl_rl 5.x checkpoint
+    is rebuilt from ``cfg``'s ``teacher`` section)."""
+    teacher = getattr(run_config, "teacher", None)
+    if not teacher:
+        raise ConfigError(f"{where}: a Distillation train_cfg needs the teacher's checkpoint as the run config's "
+                          "config.teacher (algorithm: distillation), or --set config.teacher=PATH")
+    try:
+        state = torch.load(teacher, map_location="cpu", weights_only=False)
+    except (OSError, RuntimeError, ValueError) as e:
+        raise ConfigError(f"{where}: cannot read the teacher checkpoint {teacher} ({e})") from e
+    rsl_rl = teacher_kind(state, f"{where}: config.teacher {teacher}") == "rsl_rl"
+    return distillation_config_from_rsl_rl(cfg, run_config.num_envs, run_config.device, teacher=str(teacher),
+                                           teacher_rsl_rl_cfg=rsl_rl_teacher_cfg(cfg) if rsl_rl else None)
+
+
+def run_config_from_rsl_rl(run: Any, path: str) -> Any:
+    """``rlx train RUN_CONFIG --rsl-rl-cfg FILE``: ``run`` with its algorithm from rsl_rl's
+    ``train_cfg`` in ``path`` (YAML or JSON): PPO as :func:`rlx.runners.algorithm_config_from_rsl_rl` maps it, on the run config's
+    ``num_envs`` and device; its ``save_interval`` and ``max_iterations`` set the trainer's
+    ``checkpoint_every`` and ``max_iterations``. A ``Distillation`` train_cfg maps by
+    :func:`rlx.runners.distillation_config_from_rsl_rl`, its teacher the run config's
+    ``config.teacher`` (``algorithm: distillation``): an rlx checkpoint or rsl_rl 5.x's."""
+    import dataclasses
+    from pathlib import Path
+
+    from rlx.core.yaml_types import load_yaml
+
+    cfg = load_yaml(Path(path).read_text())
+    if not isinstance(cfg, dict):
+        raise ValueError(f"--rsl-rl-cfg {path}: must hold a mapping (rsl_rl's train_cfg), got {type(cfg).__name__}")
+    algorithm = "ppo"
+    if (cfg.get("algorithm") or {}).get("class_name") == "Distillation":
+        config, algorithm = distillation_from_rsl_rl(cfg, run.config, f"--rsl-rl-cfg {path}"), "distillation"
+    else:
+        config = algorithm_config_from_rsl_rl(cfg, run.config.num_envs, run.config.device)
+    trainer = run.trainer
+    if cfg.get("save_interval"):
+        trainer = dataclasses.replace(trainer, checkpoint_every=int(cfg["save_interval"]))
+    if cfg.get("max_iterations"):
+        trainer = dataclasses.replace(trainer, max_iterations=int(cfg["max_iterations"]))
+    return dataclasses.replace(run, algorithm=algorithm, config=config, trainer=trainer)

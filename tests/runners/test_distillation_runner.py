@@ -183,3 +183,33 @@ def test_teachers_of_rsl_rl_5x_its_ppo_and_its_own_distillation_checkpoints(tmp_
     torch.save({"model_state_dict": {}, "iter": 0}, tmp_path / "old.pt")
     with pytest.raises(ConfigError, match="rsl_rl 3.x/4.x checkpoint"):
         runner.load(str(tmp_path / "old.pt"))
+
+
+def test_rlx_train_distils_from_an_rsl_rl_distillation_cfg(teacher: Path, tmp_path: Path, capsys) -> None:
+    """``rlx train RUN_CONFIG --rsl-rl-cfg FILE`` with a Distillation train_cfg: the run
+    config gives the env, num_envs, the device, the trainer and ``config.teacher``."""
+    import yaml
+
+    from rlx.run.checkpoint import latest_checkpoint, load_checkpoint
+    from rlx.run.cli import main
+
+    run_config = tmp_path / "windy.yaml"
+    run_config.write_text(
+        "env: rlx.envs:RslRlVecEnv\n"
+        "env_kwargs: {make_env: rlx.examples.windy_reach:WindyReach}\n"
+        "algorithm: distillation\n"
+        f"config: {{num_envs: 64, device: cpu, teacher: {teacher}}}\n"
+        "trainer: {max_iterations: 100, eval_every: 0}\n"
+    )
+    agent = tmp_path / "distill.yaml"
+    agent.write_text(yaml.safe_dump({**DISTILL_CFG, "max_iterations": 3, "save_interval": 3}))
+    run_dir = tmp_path / "run"
+    assert main(["train", str(run_config), "--rsl-rl-cfg", str(agent), "--run-dir", str(run_dir), "--threads", "1"]) == 0
+    assert "after 4608 env steps" in capsys.readouterr().out  # 3 iterations of 64 x 24
+    saved = load_checkpoint(latest_checkpoint(run_dir))["config"]
+    assert saved["algorithm"] == "distillation" and saved["config"]["sgd_minibatch_size"] == 6 * 64
+    assert saved["config"]["obs_groups"] == {"actor": ["policy"], "critic": ["policy"]}
+    no_teacher = tmp_path / "no_teacher.yaml"
+    no_teacher.write_text(run_config.read_text().replace(f", teacher: {teacher}", "").replace("distillation", "ppo"))
+    assert main(["train", str(no_teacher), "--rsl-rl-cfg", str(agent), "--run-dir", str(tmp_path / "bad")]) == 2
+    assert "needs the teacher's checkpoint as the run config's config.teacher" in capsys.readouterr().err
