@@ -390,10 +390,13 @@ def test_a_captured_update_is_captured_again_after_load_state_dict() -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
-def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone() -> None:
-    """compile and cudagraphs combine: the graph replays the compiled update, which moves
-    the parameters as the compiled update alone does on the same rollout."""
-    config = dict(num_envs=256, horizon=16, device="cuda", seed=0, sgd_minibatch_size=1024, compile=True)
+@pytest.mark.parametrize("extra", [{}, {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}}],
+                         ids=["one", "members"])
+def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone(extra: dict) -> None:
+    """compile and cudagraphs combine: the graph replays the compiled update (with S
+    members, the fused S-member program), which moves the parameters as the compiled
+    update alone does on the same rollout."""
+    config = dict(num_envs=256, horizon=16, device="cuda", seed=0, sgd_minibatch_size=1024, compile=True, **extra)
     both = AlgorithmConfig(**config, cudagraphs=True).build(CartPole)
     for _ in range(5):  # the update's 3 warm-ups, its capture, a replay
         both.collect()
