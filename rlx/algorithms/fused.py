@@ -26,7 +26,8 @@ from rlx.algorithms.kl_control import adapt_lr_
 from rlx.core.compiling import call_warm
 from rlx.core.compiling import compiled as compile_fn
 from rlx.env import OBS
-from rlx.members.optim import SeedAdam
+from rlx.members.ops import grad_norms_per_seed
+from rlx.members.optim import SeedAdam, seed_adam_
 
 if TYPE_CHECKING:
     from rlx.algorithms.minibatches import Batch
@@ -218,51 +219,24 @@ class FusedUpdate:
 
     def _members_step(self, params: list[Tensor], grads: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
                       exp_avg_sqs: list[Tensor], lr: Tensor, alive: Tensor, done: Tensor, lr_factor: Tensor) -> None:
-        """Each member's clip and SeedAdam step (``Members.optimizer_step`` and
-        ``SeedAdam._step_group`` without a KL gate), on stacked ``[S, ...]`` tensors."""
+        """Each member's clip, its freeze on a non-finite gradient and SeedAdam's step
+        (``Members.optimizer_step`` without a KL gate), on stacked ``[S, ...]`` tensors."""
         S = self.S
-
-        def rows(x: Tensor, like: Tensor) -> Tensor:  # [S] against a stacked tensor
-            return x.view(S, *([1] * (like.dim() - 1)))
-
-        def norms_of(indices: list[int]) -> Tensor:  # [S], each member's norm over these gradients
-            return torch.stack([grads[i].flatten(1).square().sum(dim=1) for i in indices]).sum(dim=0).sqrt()
-
         max_norm = self.hparams.get("max_grad_norm")
         if max_norm is not None:
             norms = []
-            for group in self.clip_groups:
-                norm = norms_of(group)
+            for group in self.clip_groups:  # clip_grad_norm_per_seed_'s rule, on the program's gradients
+                norm = grad_norms_per_seed([grads[i] for i in group], S)
                 coef = torch.clamp(max_norm / (norm + 1e-6), max=1.0)
                 for i in group:
-                    grads[i] = grads[i] * rows(coef, grads[i]).to(grads[i].dtype)
+                    grads[i] = grads[i] * coef.view(S, *([1] * (grads[i].dim() - 1))).to(grads[i].dtype)
                 norms.append(norm)
             norm = torch.stack(norms).sum(dim=0)
         else:
-            norm = norms_of(list(range(len(grads))))
+            norm = grad_norms_per_seed(grads, S)
         alive.copy_(alive & torch.isfinite(norm))  # a member whose gradient is not finite freezes
         active = (alive & ~done).float()
-        factor, update = active * lr_factor, active > 0
-        b1, b2 = self.beta1, self.beta2
         with torch.no_grad():
-            increment = update.to(torch.float32)
-            for step in steps:
-                step.add_(increment)
-            t = torch.stack(steps).double()  # [P, S]
-            counted = t > 0
-            bc2_sqrt = torch.where(counted, torch.sqrt(1 - b2**t), 1.0)
-            seed_lr = torch.where(counted, lr * factor.double(), 0.0)
-            step_size = seed_lr / torch.where(counted, 1 - b1**t, 1.0)
-            mask = update.double()
-            dtype = params[0].dtype
-            weight1 = (mask * (1 - b1)).to(dtype)
-            decay2 = torch.where(update, (mask * b2).to(dtype), 1.0)
-            step_size, bc2_sqrt = step_size.to(dtype), bc2_sqrt.to(dtype)
-            for k, (p, g, m, v) in enumerate(zip(params, grads, exp_avgs, exp_avg_sqs)):
-                g = torch.where(rows(update, p), g, 0)  # a held member's gradient (NaN or not) is not read
-                if self.decay:
-                    p.mul_(rows(1 - seed_lr[k] * self.decay, p).to(p.dtype))
-                m.lerp_(g, rows(weight1, p))
-                v.mul_(rows(decay2, p)).addcmul_(g, g, value=1 - b2)
-                denom = v.sqrt() / rows(bc2_sqrt[k], p) + self.eps
-                p.sub_(rows(step_size[k], p) * (m / denom))
+            seed_adam_(params, grads, steps, exp_avgs, exp_avg_sqs, None, lr=lr, betas=(self.beta1, self.beta2),
+                       eps=self.eps, weight_decay=self.decay, decoupled=True, update=active > 0,
+                       factor=active * lr_factor)

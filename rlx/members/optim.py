@@ -33,7 +33,7 @@ from typing import Any
 import torch
 from torch import Tensor
 
-__all__ = ["SeedAdam", "masked_step_", "scale_steps_per_seed_", "seed_optimizer"]
+__all__ = ["SeedAdam", "masked_step_", "scale_steps_per_seed_", "seed_adam_", "seed_optimizer"]
 
 #: Optimizer flags that choose a kernel, not the update (SeedAdam has one kernel).
 KERNEL_FLAGS = ("fused", "foreach", "capturable", "differentiable")
@@ -98,52 +98,15 @@ class SeedAdam(torch.optim.Optimizer):
 
     def _step_group(self, group: dict[str, Any], params: list[Tensor], update: Tensor | None,
                     factor: Tensor | None) -> None:
-        beta1, beta2 = group["betas"]
-        lr, wd, eps = group["lr"], group["weight_decay"], group["eps"]
         states = [self._init_state(p, group["amsgrad"]) for p in params]
         steps = [state["step"] for state in states]
-        upd = update > 0 if update is not None else torch.ones_like(steps[0], dtype=torch.bool)  # [S]
-        f = factor if factor is not None else torch.ones_like(steps[0])
-        increment = upd.to(steps[0].dtype)
-        torch._foreach_add_(steps, [increment] * len(steps))
-        # The per-seed scalars of every parameter at once, in float64 (as torch's Adam
-        # takes them on the host): [P, S].
-        t = torch.stack(steps).double()
-        counted = t > 0
-        bc2_sqrt = torch.where(counted, torch.sqrt(1 - beta2**t), 1.0)
-        seed_lr = torch.where(counted, lr * f.double(), 0.0)  # a seed never stepped does not move
-        step_size = seed_lr / torch.where(counted, 1 - beta1**t, 1.0)
-        dtype = params[0].dtype
-        # Per-seed coefficients from the float64 mask (no host-to-device copy): 1 - beta1
-        # and beta2 where the seed updates, 0 and 1 (no change) elsewhere.
-        mask = upd.double()
-        weight1 = (mask * (1 - beta1)).to(dtype)
-        decay2 = torch.where(upd, (mask * beta2).to(dtype), 1.0)
-        step_size, bc2_sqrt = step_size.to(dtype), bc2_sqrt.to(dtype)
-        grads = []
-        for k, p in enumerate(params):
-            rows = _seed_view(upd, p)
-            grad = torch.where(rows, p.grad, 0)  # a held seed's gradient (NaN or not) is not read
-            if wd and group["decoupled"]:
-                p.mul_(_seed_view(1 - seed_lr[k] * wd, p).to(p.dtype))
-            elif wd:
-                grad = torch.where(rows, grad.add(p, alpha=wd), 0)
-            grads.append(grad)
-        exp_avgs = [state["exp_avg"] for state in states]
-        exp_avg_sqs = [state["exp_avg_sq"] for state in states]
-        torch._foreach_lerp_(exp_avgs, grads, [_seed_view(weight1, p) for p in params])
-        torch._foreach_mul_(exp_avg_sqs, [_seed_view(decay2, p) for p in params])
-        torch._foreach_addcmul_(exp_avg_sqs, grads, grads, value=1 - beta2)
-        second = exp_avg_sqs
-        if group["amsgrad"]:
-            second = [state["max_exp_avg_sq"] for state in states]
-            torch._foreach_maximum_(second, exp_avg_sqs)
-        denom = torch._foreach_sqrt(second)
-        torch._foreach_div_(denom, [_seed_view(bc2_sqrt[k], p) for k, p in enumerate(params)])
-        torch._foreach_add_(denom, eps)
-        steps_taken = torch._foreach_div(exp_avgs, denom)
-        torch._foreach_mul_(steps_taken, [_seed_view(step_size[k], p) for k, p in enumerate(params)])
-        torch._foreach_sub_(params, steps_taken)
+        seed_adam_(params, [p.grad for p in params], steps, [state["exp_avg"] for state in states],
+                   [state["exp_avg_sq"] for state in states],
+                   [state["max_exp_avg_sq"] for state in states] if group["amsgrad"] else None,
+                   lr=group["lr"], betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"],
+                   decoupled=group["decoupled"],
+                   update=update > 0 if update is not None else torch.ones_like(steps[0], dtype=torch.bool),
+                   factor=factor if factor is not None else torch.ones_like(steps[0]))
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         defaults = {k: self.defaults[k] for k in ("decoupled", "amsgrad", "weight_decay")}
@@ -156,6 +119,57 @@ class SeedAdam(torch.optim.Optimizer):
                 if state and "step" in state:  # a [S] count on the parameters' device
                     step = torch.as_tensor(state["step"], dtype=torch.float32).to(p.device)
                     state["step"] = step.expand(self.num_seeds).clone() if step.numel() == 1 else step
+
+
+
+def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
+               exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor] | None, *, lr: float | Tensor,
+               betas: tuple[float, float], eps: float, weight_decay: float, decoupled: bool, update: Tensor,
+               factor: Tensor) -> None:
+    """:class:`SeedAdam`'s step on stacked ``[S, ...]`` parameters, in place: seed i's step
+    count, moments and parameters advance where ``update[i]`` (bool ``[S]``), and it moves
+    at ``lr * factor[i]``; a seed's gradient is read only where it updates. Tensor
+    arithmetic only (no host sync): what the eager optimizer and the fused update
+    (:mod:`rlx.algorithms.fused`) both run."""
+    beta1, beta2 = betas
+    increment = update.to(steps[0].dtype)
+    torch._foreach_add_(steps, [increment] * len(steps))
+    # The per-seed scalars of every parameter at once, in float64 (as torch's Adam
+    # takes them on the host): [P, S].
+    t = torch.stack(steps).double()
+    counted = t > 0
+    bc2_sqrt = torch.where(counted, torch.sqrt(1 - beta2**t), 1.0)
+    seed_lr = torch.where(counted, lr * factor.double(), 0.0)  # a seed never stepped does not move
+    step_size = seed_lr / torch.where(counted, 1 - beta1**t, 1.0)
+    dtype = params[0].dtype
+    # Per-seed coefficients from the float64 mask (no host-to-device copy): 1 - beta1
+    # and beta2 where the seed updates, 0 and 1 (no change) elsewhere.
+    mask = update.double()
+    weight1 = (mask * (1 - beta1)).to(dtype)
+    decay2 = torch.where(update, (mask * beta2).to(dtype), 1.0)
+    step_size, bc2_sqrt = step_size.to(dtype), bc2_sqrt.to(dtype)
+    read = []
+    for k, (p, g) in enumerate(zip(params, grads)):
+        rows = _seed_view(update, p)
+        grad = torch.where(rows, g, 0)  # a held seed's gradient (NaN or not) is not read
+        if weight_decay and decoupled:
+            p.mul_(_seed_view(1 - seed_lr[k] * weight_decay, p).to(p.dtype))
+        elif weight_decay:
+            grad = torch.where(rows, grad.add(p, alpha=weight_decay), 0)
+        read.append(grad)
+    torch._foreach_lerp_(exp_avgs, read, [_seed_view(weight1, p) for p in params])
+    torch._foreach_mul_(exp_avg_sqs, [_seed_view(decay2, p) for p in params])
+    torch._foreach_addcmul_(exp_avg_sqs, read, read, value=1 - beta2)
+    second = exp_avg_sqs
+    if max_exp_avg_sqs is not None:
+        second = max_exp_avg_sqs
+        torch._foreach_maximum_(second, exp_avg_sqs)
+    denom = torch._foreach_sqrt(second)
+    torch._foreach_div_(denom, [_seed_view(bc2_sqrt[k], p) for k, p in enumerate(params)])
+    torch._foreach_add_(denom, eps)
+    steps_taken = torch._foreach_div(exp_avgs, denom)
+    torch._foreach_mul_(steps_taken, [_seed_view(step_size[k], p) for k, p in enumerate(params)])
+    torch._foreach_sub_(params, steps_taken)
 
 
 def seed_optimizer(optimizer_cls: type[torch.optim.Optimizer], params: Sequence[Tensor], num_seeds: int,
