@@ -162,6 +162,31 @@ def saved_and_loaded() -> Any:
     return through_bytes
 
 
+def train_resuming(make: Any, resume_at: int | None, iterations: int = 3, before: Any = None) -> Any:
+    """``iterations`` collect/step rounds of ``make()``; before round ``resume_at`` (``None``:
+    never) the run goes on in a new ``make()`` loaded from the old one's ``state_dict()``,
+    as a resumed run does. ``before(algo, k)`` runs first in every round k. Returns the
+    algorithm that ran last: compare ``train_resuming(make, None)`` with
+    ``train_resuming(make, k)`` for exact resume."""
+    algo = make()
+    for k in range(iterations):
+        if before is not None:
+            before(algo, k)
+        if k == resume_at:
+            state = algo.state_dict()
+            algo = make()
+            algo.load_state_dict(state)
+        algo.collect()
+        algo.step()
+    return algo
+
+
+@pytest.fixture
+def resumed_run() -> Any:
+    """:func:`train_resuming`, for the exact-resume tests."""
+    return train_resuming
+
+
 @pytest.fixture
 def train_best() -> Any:
     """:func:`best_until`, for the learning tests."""

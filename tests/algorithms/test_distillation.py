@@ -84,7 +84,7 @@ def test_the_teacher_stays_frozen_and_the_loss_is_the_mean_squared_action_gap(te
     assert all(torch.equal(a, b) for a, b in zip(before, student.teacher.parameters()))
 
 
-def test_distillation_resumes_exactly_and_ppo_fine_tunes_the_student(tmp_path: Path) -> None:
+def test_distillation_resumes_exactly_and_ppo_fine_tunes_the_student(tmp_path: Path, resumed_run) -> None:
     small = dict(num_envs=16, horizon=16, device="cpu", model_config={"hiddens": [16, 16]})
     teacher = AlgorithmConfig(**small, seed=0, sgd_minibatch_size=64).build(Pendulum)
     Trainer(teacher, TrainerConfig(max_iterations=2, progress=False, tensorboard=False), run_dir=tmp_path / "teacher").run()
@@ -92,15 +92,7 @@ def test_distillation_resumes_exactly_and_ppo_fine_tunes_the_student(tmp_path: P
     def run(resume_at: int | None):  # Pendulum restores its state: a resumed run continues exactly
         make = lambda: DistillationConfig(teacher=str(tmp_path / "teacher"), **small, seed=1,  # noqa: E731
                                           sgd_minibatch_size=64, num_sgd_iters=2).build(Pendulum)
-        algo = make()
-        for k in range(3):
-            if k == resume_at:
-                state = algo.state_dict()
-                algo = make()
-                algo.load_state_dict(state)
-            algo.collect()
-            algo.step()
-        return algo
+        return resumed_run(make, resume_at)
 
     whole, resumed = run(None), run(2)
     for a, b in zip(whole.policy.parameters(), resumed.policy.parameters()):

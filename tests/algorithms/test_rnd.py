@@ -55,17 +55,10 @@ def test_the_predictor_learns_the_states_the_policy_visits() -> None:
         assert error(novel) > 3 * error(visited)
 
 
-def test_rnd_resumes_exactly() -> None:
+def test_rnd_resumes_exactly(resumed_run) -> None:
     def run(resume_at: int | None) -> list[torch.Tensor]:
         make = lambda: AlgorithmConfig(**BASE, rnd={**RND, "normalize_state": True, "normalize_reward": True}).build(CartPole)  # noqa: E731
-        algo = make()
-        for k in range(3):
-            if k == resume_at:
-                state = algo.state_dict()
-                algo = make()
-                algo.load_state_dict(state)
-            algo.collect()
-            algo.step()
+        algo = resumed_run(make, resume_at)
         return [p.detach().clone() for p in [*algo.policy.parameters(), *algo.rnd.predictor.parameters()]]
 
     for a, b in zip(run(None), run(2)):

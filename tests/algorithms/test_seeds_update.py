@@ -194,17 +194,10 @@ def test_seeds_share_nothing_in_the_normalizers_and_report_their_own_episodes() 
                                                     "model_config": {"hiddens": [16], "hidden_size": 8}}),
     (NPGConfig, Pendulum, {"line_search": True, "fvp_subsample": 0.5, "critic_minibatch_size": 32}),
 ], ids=["ppo", "recurrent-ppo", "trpo"])
-def test_seeds_resume_exactly(config_cls, env_cls, extra: dict) -> None:
+def test_seeds_resume_exactly(config_cls, env_cls, extra: dict, resumed_run) -> None:
     def run(resume_at: int | None) -> list[torch.Tensor]:
         make = lambda: config_cls(**_config(num_seeds=2, **extra)).build(env_cls)  # noqa: E731
-        algo = make()
-        for k in range(3):
-            if k == resume_at:
-                state = algo.state_dict()
-                algo = make()
-                algo.load_state_dict(state)
-            algo.collect()
-            algo.step()
+        algo = resumed_run(make, resume_at)
         return [p.detach().clone() for p in algo.policy.model.parameters()]
 
     for a, b in zip(run(None), run(2)):

@@ -214,26 +214,21 @@ def test_a_reward_scaler_with_each_envs_gamma_is_each_members_own() -> None:
         torch.testing.assert_close(many.stats.var[i], one.stats.var, rtol=1e-6, atol=1e-7)
 
 
-def test_member_hyperparameters_resume_exactly_and_move_in_place() -> None:
+def test_member_hyperparameters_resume_exactly_and_move_in_place(resumed_run) -> None:
     hparams = {"lr": [0.01, 0.05, 0.1], "entropy_coeff": [0.0, 0.01, 0.1], "gamma": [0.9, 0.95, 0.99],
                "target_kl_div": [0.01, 0.02, 0.05], "clip_param": [0.1, 0.2, 0.3]}
     extra = {"sgd_minibatch_size": 64, "target_kl_div": 0.01}
 
     def run(resume_at: int | None) -> list[torch.Tensor]:
-        make = lambda: AlgorithmConfig(**_config(num_seeds=S, member_hparams=hparams, **extra)).build(Pendulum)  # noqa: E731
-        algo = make()
-        for k in range(3):
+        def change(algo, k: int) -> None:
             if k == 1:  # a PBT-style change mid-run
                 algo.set_member_values("entropy_coeff", [0.05, 0.0, 0.02])
                 algo.set_member_values("lr", [0.02, 0.02, 0.2])
                 algo.set_member_values("gamma", [0.99, 0.9, 0.95])
                 algo.set_member_values("target_kl_div", [0.05, 0.01, 0.02])
-            if k == resume_at:
-                state = algo.state_dict()
-                algo = make()
-                algo.load_state_dict(state)
-            algo.collect()
-            algo.step()
+
+        make = lambda: AlgorithmConfig(**_config(num_seeds=S, member_hparams=hparams, **extra)).build(Pendulum)  # noqa: E731
+        algo = resumed_run(make, resume_at, before=change)
         assert algo.member_values("entropy_coeff") == [0.05, 0.0, 0.02]
         assert algo.member_values("lr") == pytest.approx([0.02, 0.02, 0.2])
         torch.testing.assert_close(algo.kl_stop.limit, 1.5 * torch.tensor([0.05, 0.01, 0.02]))
