@@ -45,6 +45,13 @@ CASES = {
                                                 mirror_loss_coeff=0.5, entropy_coeff=0.01)),
     "rnd": (AlgorithmConfig, Pendulum, dict(rnd={"weight": 0.5, "predictor_hiddens": [16], "target_hiddens": [16],
                                                  "embedding_dim": 4, "normalize_state": True})),
+    # Minibatches of 128 rows in micro-batches of 48, 48 and 32 (the last one steps).
+    "micro_batches": (AlgorithmConfig, CartPole, dict(micro_batch_size=48)),
+    "micro_batches_adaptive_lr_per_minibatch": (AlgorithmConfig, Pendulum, dict(
+        micro_batch_size=48, kl_adaptive_lr=True, target_kl_div=0.002, kl_adaptive_lr_per_minibatch=True)),
+    "micro_batches_symmetry": (AlgorithmConfig, "windy", dict(
+        obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]}, symmetry_fn=windy_mirror,
+        symmetry_augment=True, mirror_loss_coeff=0.5, micro_batch_size=48)),
     "seeds": (AlgorithmConfig, CartPole, dict(num_seeds=3)),
     "seeds_hparams_per_network": (AlgorithmConfig, Pendulum, dict(
         num_seeds=3, clip_grad_per_network=True, normalize_obs=True, entropy_coeff=0.01,
@@ -114,6 +121,7 @@ def test_fused_update_equals_the_eager_update_on_the_same_data(name: str) -> Non
                 continue
             assert stats[1][key] == pytest.approx(stats[0][key], rel=tol, abs=1e-6), key
         assert stats[1]["monitors/lr"] == stats[0]["monitors/lr"]
+    assert (fused.fused._carry is not None) == ("micro_batch_size" in CASES[name][2])  # micro-batches ran
 
 
 def test_fused_update_checkpoints_like_the_eager_one() -> None:
@@ -147,7 +155,7 @@ GROUPS = {"obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]}, "
 
 
 COMPILED = {"one": (CartPole, {}), "members": (CartPole, {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}}),
-            "obs_groups": ("windy", GROUPS), "symmetry": ("windy", CASES["symmetry"][2]), "rnd": (Pendulum, CASES["rnd"][2])}
+            "micro_batches": (CartPole, {"micro_batch_size": 48}), "obs_groups": ("windy", GROUPS), "symmetry": ("windy", CASES["symmetry"][2]), "rnd": (Pendulum, CASES["rnd"][2])}
 
 
 @pytest.mark.parametrize("name", list(COMPILED))
