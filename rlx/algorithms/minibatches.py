@@ -9,8 +9,9 @@ the update loop itself is the same for both.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
 from tensordict import TensorDict
@@ -20,12 +21,48 @@ from rlx.collect.buffer import ACTIONS, ADVANTAGES, HIDDEN, LOGP, RESETS, RETURN
 from rlx.env import OBS
 from rlx.policy import EvalOutput, Obs, Policy, RecurrentPolicy, flatten_time
 
-__all__ = ["MinibatchSource", "Samples", "Sequences"]
+if TYPE_CHECKING:
+    from rlx.members.axis import Members
+
+__all__ = ["MinibatchSource", "Samples", "Sequences", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE",
+           "default_cpu_micro_batch_size", "micro_batch_rows"]
 
 Batch = dict[str, Obs]
 Normalizer = Callable[[Tensor], Tensor]
 #: Rollout entries every update reads: ``[units, ...]`` in the batch.
 ROLLOUT_KEYS = (OBS, ACTIONS, LOGP, VALUES, ADVANTAGES, RETURNS)
+
+#: Default ``micro_batch_size`` on a CPU for models up to 128 wide; wider ones get
+#: :data:`CPU_WIDE_MICRO_BATCH_SIZE`. Whole-buffer passes spill out of cache, and small
+#: passes repeat the dispatch of a hundred-odd ops per pass: the fastest size per width
+#: comes from ``python benchmarks/cpu_rows.py``'s ``step()`` table (its rows are in
+#: ``benchmarks/results/cpu_rows.jsonl``; rerun it on a new CPU).
+CPU_MICRO_BATCH_SIZE = 4096
+#: Default ``micro_batch_size`` on a CPU for models wider than 128 (more activation
+#: bytes per row), from the same table.
+CPU_WIDE_MICRO_BATCH_SIZE = 2048
+
+
+def default_cpu_micro_batch_size(model: torch.nn.Module) -> int:
+    """``micro_batch_size`` on a CPU for ``model``: by its widest ``Linear`` output (or
+    recurrent cell), :data:`CPU_MICRO_BATCH_SIZE` up to 128 wide, else
+    :data:`CPU_WIDE_MICRO_BATCH_SIZE` (also for a model with neither)."""
+    widths = [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    widths += [m.hidden_size for m in model.modules() if isinstance(m, torch.nn.RNNCellBase)]
+    return CPU_MICRO_BATCH_SIZE if widths and max(widths) <= 128 else CPU_WIDE_MICRO_BATCH_SIZE
+
+
+def micro_batch_rows(micro_batch_size: int | None, model: torch.nn.Module, device: torch.device,
+                     members: Members) -> int:
+    """Rows per forward/backward pass of an update (a config's ``micro_batch_size``:
+    ``None`` gives :func:`default_cpu_micro_batch_size` on a CPU and no cut on CUDA, 0 no
+    cut); ``sys.maxsize`` where passes are not cut, as with S members, whose rows a cut
+    would split unevenly."""
+    if not members.can_cut_passes:
+        return sys.maxsize
+    if micro_batch_size is None:
+        micro_batch_size = default_cpu_micro_batch_size(model) if device.type == "cpu" else 0
+    return micro_batch_size or sys.maxsize
 
 
 class MinibatchSource(Protocol):

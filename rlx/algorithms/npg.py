@@ -38,6 +38,7 @@ from torch.func import functional_call, grad, vmap
 
 from rlx.core import distributed as rdist
 from rlx.algorithms.base import Algorithm
+from rlx.algorithms.minibatches import micro_batch_rows
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
 from rlx.core.distributions import Distribution
 from rlx.env import OBS
@@ -116,6 +117,8 @@ class NPG(Algorithm):
         lead = len(self.members.lead)
         self._actor_shapes = [p.shape[lead:] for p in self.actor_params]
         self._actor_sizes = [p.shape[lead:].numel() for p in self.actor_params]
+        #: Rows per pass (``micro_batch_size``; ``sys.maxsize``: whole passes).
+        self._micro = micro_batch_rows(config.micro_batch_size, self.policy.model, self.device, self.members)
 
     def _optimized_parameters(self) -> list[nn.Parameter]:
         sample = self.env.observation_spec.rand((2 * self.num_seeds,)).to(self.device)  # whole members
@@ -132,6 +135,31 @@ class NPG(Algorithm):
         """``[S, P]`` -> the actor's parameters (a single run's without the member dim)."""
         chunks = torch.split(theta, self._actor_sizes, dim=-1)
         return {n: c.reshape(*self.members.lead, *s) for n, c, s in zip(self._actor_names, chunks, self._actor_shapes)}
+
+    def _parts(self, rows: int) -> list[tuple[int, int]]:
+        """``(first row, rows)`` of each pass over ``rows`` rows (one, unless micro-batched)."""
+        m = min(self._micro, rows)
+        return [(lo, min(m, rows - lo)) for lo in range(0, rows, m)]
+
+    @torch.no_grad()
+    def _dist_params(self, theta: Tensor, obs_normalized: Obs) -> Tensor:
+        """The actor's distribution parameters at ``theta`` on ``obs_normalized``, in passes."""
+        params = self._unflatten(theta)
+        parts = [functional_call(self._actor_view, params, (obs_normalized[lo : lo + n],))
+                 for lo, n in self._parts(obs_normalized.shape[0])]
+        return parts[0] if len(parts) == 1 else torch.cat(parts)
+
+    def _gradient(self, theta: Tensor, samples: Samples) -> Tensor:
+        """``[S, P]``: the gradient of the summed surrogates on ``samples``, accumulated over
+        passes, each weighted by its share of the rows."""
+        N = samples.advantages.shape[0]
+        parts = self._parts(N)
+        if len(parts) == 1:
+            return grad(self._surrogate)(theta, samples)
+        g = torch.zeros_like(theta)
+        for lo, n in parts:
+            g.add_(grad(self._surrogate)(theta, Samples(*(x[lo : lo + n] for x in samples))), alpha=n / N)
+        return g
 
     def _dist(self, theta: Tensor, samples: Samples) -> Distribution:
         """The action distribution of actor parameters ``theta`` on ``samples``."""
@@ -197,17 +225,16 @@ class NPG(Algorithm):
         TRPO's backtracking. Moves the actor's parameters and returns what the step did."""
         cfg = self.config
         theta0 = self._flat_actor()  # [S, P]
-        with torch.no_grad():  # detached: never a live graph
-            old_params = functional_call(self._actor_view, self._unflatten(theta0), (samples.obs_normalized,))
+        old_params = self._dist_params(theta0, samples.obs_normalized)  # detached: never a live graph
         old_dist = self.policy.distribution(old_params, samples.obs)
-        g = grad(self._surrogate)(theta0, samples)  # [S, P], whole batch
+        g = self._gradient(theta0, samples)  # [S, P], whole batch
         rdist.all_reduce_(g, "mean")  # data parallel: the gradient of the global batch
-        sub, sub_old_dist = self._fvp_subsample(samples, old_params, old_dist)
-        fvp = self._fisher_vector_product(theta0, sub, sub_old_dist)
+        sub, sub_old_params, sub_old_dist = self._fvp_subsample(samples, old_params, old_dist)
+        fvp = self._fisher_vector_product(theta0, sub, sub_old_params)
         cg = conjugate_gradient(fvp, g, iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
         scale = self._step_scale(cg.x, fvp)  # [S, 1]
         if cfg.line_search:
-            theta_new, step_size, backtracks = self._line_search(theta0, cg.x, scale, sub, sub_old_dist)
+            theta_new, step_size, backtracks = self._line_search(theta0, cg.x, scale, sub, sub_old_params)
         else:
             theta_new, step_size, backtracks = theta0 + scale * cg.x, scale.squeeze(-1), torch.zeros_like(scale.squeeze(-1))
         theta_new, moved = self.members.keep_finite_(theta0, theta_new)
@@ -216,48 +243,66 @@ class NPG(Algorithm):
         with torch.no_grad():
             for p, chunk in zip(self.actor_params, torch.split(theta_new, self._actor_sizes, dim=-1)):
                 p.copy_(chunk.reshape(p.shape))
-            new_dist = self._dist(theta_new, samples)
+            new_dist = self.policy.distribution(self._dist_params(theta_new, samples.obs_normalized), samples.obs)
             surr_old, surr_new = surrogate_of(old_dist, samples, mean), surrogate_of(new_dist, samples, mean)
             return NaturalStep(
                 -surr_new, -mean(old_dist.entropy()), mean(old_dist.kl(new_dist)), step_size,
                 cg.residual_norm, surr_new - surr_old, backtracks,
             )
 
-    def _fvp_subsample(self, samples: Samples, old_params: Tensor, old_dist: Distribution) -> tuple[Samples, Distribution]:
+    def _fvp_subsample(self, samples: Samples, old_params: Tensor, old_dist: Distribution
+                       ) -> tuple[Samples, Tensor, Distribution]:
         """A random ``fvp_batch_size`` subsample of every member's rows for Fisher-vector
-        products and the line search, and the old distribution on it (from the ``[N, K]``
-        old parameters)."""
+        products and the line search, and the old distribution's parameters (from the
+        ``[N, K]`` old ones) and distribution on it."""
         N, n = samples.advantages.shape[0], self.config.fvp_batch_size
         if n * self.num_seeds >= N:
-            return samples, old_dist
+            return samples, old_params, old_dist
         idx = self.members.subsample(N // self.num_seeds, n)
         sub = samples.select(idx)
-        return sub, self.policy.distribution(old_params[idx], sub.obs)
+        sub_params = old_params[idx]
+        return sub, sub_params, self.policy.distribution(sub_params, sub.obs)
 
-    def _fisher_vector_product(self, theta0: Tensor, sub: Samples, sub_old_dist: Distribution) -> Callable[[Tensor], Tensor]:
+    def _fisher_vector_product(self, theta0: Tensor, sub: Samples, sub_old_params: Tensor
+                               ) -> Callable[[Tensor], Tensor]:
         """``v -> (F + λ I) v`` at ``theta0`` on the subsample: Gauss-Newton with the
         distribution's analytic Fisher, else the Hessian of the mean KL; under torchrun,
         the global batch's Fisher on every rank; with seeds, each seed's Fisher on its own
-        rows (the block-diagonal Fisher of the sum of their mean KLs)."""
+        rows (the block-diagonal Fisher of the sum of their mean KLs). Micro-batched, the
+        Fisher is the share-weighted sum of each pass's (each its rows' mean)."""
         damping, S = self.config.damping, self.num_seeds
         if self.hparams.varies("damping"):  # each member's, against its row of [S, P]
             damping = self.hparams.get("damping", theta0.dtype).view(S, 1)
+        rows = sub.advantages.shape[0]
+        parts = []
+        for lo, n in self._parts(rows):
+            part = sub if n == rows else Samples(*(x[lo : lo + n] for x in sub))
+            parts.append((n / rows, self._pass_fvp(theta0, part, sub_old_params[lo : lo + n])))
+        if len(parts) == 1:
+            fvp = parts[0][1]
+        else:
+            def fvp(v: Tensor) -> Tensor:
+                return sum(share * part_fvp(v) for share, part_fvp in parts)
+        if self.world_size == 1:
+            return lambda v: fvp(v) + damping * v
+        return lambda v: rdist.all_reduce_(fvp(v) + damping * v, "mean")
+
+    def _pass_fvp(self, theta0: Tensor, sub: Samples, old_params: Tensor) -> Callable[[Tensor], Tensor]:
+        """The undamped Fisher-vector product of one pass's rows (their mean Fisher)."""
+        S = self.num_seeds
+        old_dist = self.policy.distribution(old_params, sub.obs)
 
         def params_fn(theta: Tensor) -> Tensor:
             return functional_call(self._actor_view, self._unflatten(theta), (sub.obs_normalized,))
 
-        if _has_analytic_fisher(sub_old_dist):
+        if _has_analytic_fisher(old_dist):
             # gauss_newton_fvp divides by all S * n rows; each member's Fisher is over its n.
-            fvp = gauss_newton_fvp(params_fn, theta0, lambda u: S * sub_old_dist.fisher_product(u), damping=damping)
-        else:
+            return gauss_newton_fvp(params_fn, theta0, lambda u: S * old_dist.fisher_product(u))
 
-            def mean_kl(theta: Tensor) -> Tensor:
-                return self.members.mean_each(sub_old_dist.kl(self.policy.distribution(params_fn(theta), sub.obs))).sum()
+        def mean_kl(theta: Tensor) -> Tensor:
+            return self.members.mean_each(old_dist.kl(self.policy.distribution(params_fn(theta), sub.obs))).sum()
 
-            fvp = kl_hessian_fvp(mean_kl, theta0, damping=damping)
-        if self.world_size == 1:
-            return fvp
-        return lambda v: rdist.all_reduce_(fvp(v), "mean")
+        return kl_hessian_fvp(mean_kl, theta0)
 
     def _step_scale(self, x: Tensor, fvp: Callable[[Tensor], Tensor]) -> Tensor:
         """The multiplier of the CG direction ``x``: ``sqrt(2δ / xᵀ(F + λ I)x)`` (``"kl"``;
@@ -273,12 +318,14 @@ class NPG(Algorithm):
         return torch.where(xAx > 0, torch.sqrt(two_kl / torch.where(xAx > 0, xAx, 1.0)), zero)
 
     def _line_search(
-        self, theta0: Tensor, direction: Tensor, scale: Tensor, sub: Samples, sub_old_dist: Distribution
+        self, theta0: Tensor, direction: Tensor, scale: Tensor, sub: Samples, sub_old_params: Tensor
     ) -> tuple[Tensor, Tensor, Tensor]:
         """TRPO's backtracking: for each member, the largest of ``scale · backtrack_coeff^k ·
         direction`` whose KL is within ``max_kl`` and whose surrogate improves on its own
         rows, all candidates of all members evaluated in one ``vmap``-ed pass and chosen
-        on the device (every rank chooses alike).
+        on the device (every rank chooses alike). Micro-batched, the candidates are
+        evaluated in passes of ``micro_batch_size / candidates`` rows, whose means are
+        summed by share.
 
         Args:
             theta0, direction: ``[S, P]``.
@@ -293,12 +340,21 @@ class NPG(Algorithm):
         scales = coeffs.view(-1, 1, 1) * scale  # [C, S, 1]
         candidates = theta0 + scales * direction  # [C, S, P]
 
-        def evaluate(theta: Tensor) -> tuple[Tensor, Tensor]:
-            return self._surrogates(theta, sub), self.members.mean_each(sub_old_dist.kl(self._dist(theta, sub)))
-
+        rows, C = sub.advantages.shape[0], candidates.shape[0]
+        pass_rows = rows if self._micro >= rows else max(1, self._micro // C)
         with torch.no_grad():
             surr0 = self._surrogates(theta0, sub)  # [S]
-            surr_c, kl_c = vmap(evaluate)(candidates)  # [C, S] each, one batched pass
+            surr_c = kl_c = torch.zeros((), device=theta0.device)
+            for lo in range(0, rows, pass_rows):  # one batched pass over the candidates (per pass of rows)
+                n = min(pass_rows, rows - lo)
+                part = sub if n == rows else Samples(*(x[lo : lo + n] for x in sub))
+                old_dist = self.policy.distribution(sub_old_params[lo : lo + n], part.obs)
+
+                def evaluate(theta: Tensor, part: Samples = part, old_dist: Distribution = old_dist) -> tuple[Tensor, Tensor]:
+                    return self._surrogates(theta, part), self.members.mean_each(old_dist.kl(self._dist(theta, part)))
+
+                part_surr, part_kl = vmap(evaluate)(candidates)  # [C, S] each
+                surr_c, kl_c = surr_c + (n / rows) * part_surr, kl_c + (n / rows) * part_kl
             if self.world_size > 1:  # the global batch's surrogates and KLs: every rank chooses alike
                 reduced = rdist.all_reduce_(torch.cat([surr_c, kl_c, surr0.view(1, S)]), "mean")
                 C = surr_c.shape[0]
@@ -328,12 +384,16 @@ class NPG(Algorithm):
         for _ in range(cfg.optim_critic_iters):
             index = members.epoch_order(n, m, shuffle=True)
             for lo, rows in members.minibatch_bounds(n, m):
-                mb = index[lo : lo + rows]
-                with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
-                    values = value_fn(obs_normalized[mb])
-                loss = 0.5 * members.mean_each((values.float() - returns[mb]).square())
-                self.grad_scaler.scale(loss.sum()).backward()
+                loss = torch.zeros(self.num_seeds, device=self.device)
+                for first, size in self._parts(rows):  # passes whose gradients accumulate by share
+                    mb = index[lo + first : lo + first + size]
+                    with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
+                        values = value_fn(obs_normalized[mb])
+                    part = 0.5 * members.mean_each((values.float() - returns[mb]).square())
+                    share = size / rows
+                    self.grad_scaler.scale(part.sum() * share if share != 1.0 else part.sum()).backward()
+                    loss = loss + share * part.detach()
                 self.optimizer_step(self.critic_params)
-                total = total + loss.detach()
+                total = total + loss
                 count += 1
         return total / count

@@ -26,7 +26,9 @@ from rlx.core.config_fields import ConfigError
 from rlx.models import split_actor_critic
 from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
-from rlx.algorithms.minibatches import Batch, MinibatchSource, Samples
+from rlx.algorithms.minibatches import (  # noqa: F401 (the micro-batch defaults, re-exported)
+    CPU_MICRO_BATCH_SIZE, CPU_WIDE_MICRO_BATCH_SIZE, Batch, MinibatchSource, Samples, default_cpu_micro_batch_size,
+    micro_batch_rows)
 from rlx.algorithms.rnd import RND, RNDConfig
 from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
@@ -44,26 +46,6 @@ if TYPE_CHECKING:
     from rlx.env import EnvFactory
 
 __all__ = ["PPO", "PPOLosses", "ppo_losses", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE", "default_cpu_micro_batch_size"]
-
-#: Default ``micro_batch_size`` on a CPU for models up to 128 wide; wider ones get
-#: :data:`CPU_WIDE_MICRO_BATCH_SIZE`. Whole-buffer passes spill out of cache, and small
-#: passes repeat the dispatch of a hundred-odd ops per pass: the fastest size per width
-#: comes from ``python benchmarks/cpu_rows.py``'s ``step()`` table (its rows are in
-#: ``benchmarks/results/cpu_rows.jsonl``; rerun it on a new CPU).
-CPU_MICRO_BATCH_SIZE = 4096
-#: Default ``micro_batch_size`` on a CPU for models wider than 128 (more activation
-#: bytes per row), from the same table.
-CPU_WIDE_MICRO_BATCH_SIZE = 2048
-
-
-def default_cpu_micro_batch_size(model: torch.nn.Module) -> int:
-    """``micro_batch_size`` on a CPU for ``model``: by its widest ``Linear`` output (or
-    recurrent cell), :data:`CPU_MICRO_BATCH_SIZE` up to 128 wide, else
-    :data:`CPU_WIDE_MICRO_BATCH_SIZE` (also for a model with neither)."""
-    widths = [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
-    widths += [m.hidden_size for m in model.modules() if isinstance(m, torch.nn.RNNCellBase)]
-    return CPU_MICRO_BATCH_SIZE if widths and max(widths) <= 128 else CPU_WIDE_MICRO_BATCH_SIZE
-
 
 def _gather(x: Obs, index: Tensor, out: Tensor | None) -> Obs:
     if isinstance(x, Tensor):
@@ -194,12 +176,8 @@ class PPO(Algorithm):
 
     def _micro_batch_units(self) -> int:
         """Units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
-        micro = self.config.micro_batch_size
-        if not self.members.can_cut_passes:
-            return sys.maxsize
-        if micro is None:
-            micro = default_cpu_micro_batch_size(self.policy.model) if self.device.type == "cpu" else 0
-        return max(1, micro // self.minibatches.unit_samples) if micro else sys.maxsize
+        rows = micro_batch_rows(self.config.micro_batch_size, self.policy.model, self.device, self.members)
+        return max(1, rows // self.minibatches.unit_samples) if rows < sys.maxsize else rows
 
     def minibatch_bounds(self) -> list[tuple[int, int]]:
         """``(first unit, units)`` of each minibatch of an epoch: ``minibatch_size`` samples

@@ -11,7 +11,7 @@ from torch.testing import assert_close
 
 from rlx import NPGConfig
 from rlx.algorithms.npg import Samples, split_actor_critic
-from rlx.core.distributions import Categorical, Distribution
+from rlx.core.distributions import Categorical, Distribution, Normal
 from rlx.envs import CartPole, Pendulum
 
 NPG_KEYS = [
@@ -126,6 +126,64 @@ def test_double_backprop_fallback_gives_the_same_step_as_the_analytic_fisher() -
     for a, b in zip(results[0][0], results[1][0]):
         assert_close(a, b, atol=1e-5, rtol=1e-4)
     assert results[0][1] == pytest.approx(results[1][1], rel=1e-3)
+
+
+@pytest.mark.parametrize("fisher", ["gauss_newton", "kl_hessian"])
+def test_micro_batched_pieces_equal_the_whole_pass_ones(fisher: str, monkeypatch) -> None:
+    """``micro_batch_size = 40`` cuts the 256-row gradient (7 passes), the 52-row Fisher
+    (2), the line search's 11 candidates (3 rows a pass) and the critic's minibatches into
+    passes summed by share: each piece equals the whole pass's to float rounding.
+
+    (Whole steps are compared on CartPole below: on Pendulum, ten float32 CG iterations on
+    an ill-conditioned Fisher amplify the rounding to 1e-3 of the step, either way.)"""
+    if fisher == "kl_hessian":
+        monkeypatch.setattr(Normal, "fisher_product", Distribution.fisher_product)
+    whole, cut = (_config(micro_batch_size=m, line_search=True).build(Pendulum) for m in (0, 40))
+    cut.policy.load_state_dict(whole.policy.state_dict())
+    assert len(cut._parts(256)) == 7 and len(whole._parts(256)) == 1
+    torch.manual_seed(5)
+    samples = Samples(*_batch(whole))
+    theta0 = whole._flat_actor()
+    g_whole, g_cut = whole._gradient(theta0, samples), cut._gradient(theta0, samples)
+    assert_close(g_cut, g_whole, rtol=1e-5, atol=1e-7)
+    old = whole._dist_params(theta0, samples.obs_normalized)
+    assert_close(cut._dist_params(theta0, samples.obs_normalized), old, rtol=1e-6, atol=1e-7)
+    torch.manual_seed(6)
+    sub, sub_old, _ = whole._fvp_subsample(samples, old, None)
+    assert sub.advantages.shape[0] == 52
+    v = torch.randn_like(theta0)
+    fvp_whole, fvp_cut = whole._fisher_vector_product(theta0, sub, sub_old), cut._fisher_vector_product(theta0, sub, sub_old)
+    assert_close(fvp_cut(v), fvp_whole(v), rtol=1e-5, atol=1e-6)
+    # Shifted advantages (a surrogate of -0.5 at theta0): a pass's unweighted mean would
+    # reject every candidate. Too long a step backtracks on the KL.
+    shifted = sub._replace(advantages=sub.advantages - 0.5)
+    for scale, backtracks in ((0.05, 0), (0.6, None)):
+        picked = [algo._line_search(theta0, g_whole, torch.full((1, 1), scale), shifted, sub_old) for algo in (whole, cut)]
+        assert_close(picked[1][0], picked[0][0], rtol=1e-6, atol=1e-7)
+        assert picked[0][2].item() == picked[1][2].item() == (backtracks if backtracks is not None else picked[0][2].item())
+        assert picked[0][2].item() >= (0 if backtracks == 0 else 1)
+    returns = torch.randn(256, 1)
+    for algo in (whole, cut):
+        torch.manual_seed(7)  # the same critic shuffles
+        algo.config.critic_minibatch_size = 100  # minibatches of 100, 100 and 56 rows: 3, 3 and 2 passes
+        algo._fit_critic(samples.obs_normalized, returns)
+    lr = whole.config.optimizer_kwargs["lr"]
+    for a, b in zip(whole.critic_params, cut.critic_params):  # Adam: rounding moves a step by ~1e-5 lr
+        assert_close(b, a, rtol=1e-5, atol=1e-3 * lr)
+
+
+def test_micro_batched_npg_steps_like_the_whole_pass_one() -> None:
+    whole, cut = (_config(micro_batch_size=m).build(CartPole) for m in (0, 40))
+    for _ in range(2):
+        stats = []
+        for algo in (whole, cut):
+            torch.manual_seed(5)
+            algo.collect()
+            stats.append(algo.step())
+        for a, b in zip(whole.policy.model.parameters(), cut.policy.model.parameters()):
+            assert_close(b, a, rtol=1e-4, atol=1e-5)
+        for key in ("losses/policy", "losses/vf", "monitors/kl_div", "npg/step_size"):
+            assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-7), key
 
 
 def test_natural_step_runs_in_float32_under_amp_and_the_critic_trains() -> None:
