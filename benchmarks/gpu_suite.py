@@ -47,7 +47,7 @@ when the time runs out:
    4 and 64 minibatches, rlx with ``cudagraphs`` and with ``compile`` and ``cudagraphs``
    against the whole-program JAX PPO (its rows in ``vs_jax_<device>.jsonl``); a skip row
    naming ``pip install 'rlx[jax]'`` when JAX is missing.
-8. ``throughput`` with ``compile=True`` (PPO): last, because compiling costs tens of
+8. ``throughput`` with ``compile=True`` (PPO and NPG): last, because compiling costs tens of
    seconds per point; a point starts only with a minute of budget left.
 
 Every part runs inside a guard: an exception becomes a row with ``skipped`` (its type

@@ -191,6 +191,7 @@ def test_envs_that_are_not_graph_safe_keep_the_eager_collect() -> None:
     [
         ("CartPole", {}),
         ("CartPole", {"line_search": True, "normalize_obs": True}),
+        ("CartPole", {"line_search": True, "compile": True}),  # the natural step as one Triton program
         ("Pendulum", {"line_search": True, "step_size_rule": "fixed", "enable_amp": True, "critic_minibatch_size": 1024}),
     ],
 )

@@ -25,6 +25,7 @@ from rlx.core.gae import generalized_advantage_estimate_
 from rlx.core.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.collect.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
+from rlx.core.compiling import compiled
 from rlx.core.schedulers import Schedule
 from rlx.members import Members
 from rlx.members.hparams import MemberHparams, MemberValues
@@ -171,8 +172,8 @@ class Algorithm(MemberValues, ABC):
 
     @property
     def compiles(self) -> bool:
-        """Whether collect and the update run compiled programs (PPO's ``compile``)."""
-        return False
+        """Whether collect and the update run compiled programs (the config's ``compile``)."""
+        return bool(getattr(self.config, "compile", False))
 
     @property
     def needs_tensor_lr(self) -> bool:
@@ -194,8 +195,11 @@ class Algorithm(MemberValues, ABC):
 
     def _rollout_fns(self) -> RolloutFns:
         """What the T loop calls to act and to value (``None``: the policy's own), and
-        whether each of its steps runs compiled (for a graph-safe env)."""
-        return RolloutFns(None, None, False)
+        whether each of its steps runs compiled (for a graph-safe env): compiled ones with
+        ``compile`` (a second shape recompiles once, with dynamic shapes for every size)."""
+        if not self.compiles:
+            return RolloutFns(None, None, False)
+        return RolloutFns(compiled(self.policy.act_step, dynamic=None), compiled(self.policy.value_step, dynamic=None), True)
 
     def _optimized_parameters(self) -> list[torch.nn.Parameter]:
         """The parameters the first-order optimizer updates (all of the model's)."""
@@ -212,11 +216,8 @@ class Algorithm(MemberValues, ABC):
         # graphed updates then run the same kernel, which matters to Adam: its first
         # steps turn rounding-level gradients into lr-sized moves, so two Adam variants
         # drift apart where one kernel would agree (measured on an H100, #21).
-        fuse = (
-            self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
-            and not {"fused", "foreach", "capturable", "differentiable"} & kwargs.keys()
-        )
-        if fuse:
+        adam = self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
+        if adam and not {"fused", "foreach", "capturable", "differentiable"} & kwargs.keys():
             kwargs["fused"] = True
         if self.uses_cuda_graphs:
             # A graph-captured step: the optimizer keeps its step counts on the device.

@@ -39,6 +39,8 @@ from torch.func import functional_call, grad, vmap
 from rlx.core import distributed as rdist
 from rlx.algorithms.base import Algorithm
 from rlx.algorithms.minibatches import micro_batch_rows
+from rlx.core.compiling import compiled
+from rlx.core.config_fields import ConfigError
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
 from rlx.core.distributions import Distribution
 from rlx.env import OBS
@@ -119,6 +121,11 @@ class NPG(Algorithm):
         self._actor_sizes = [p.shape[lead:].numel() for p in self.actor_params]
         #: Rows per pass (``micro_batch_size``; ``sys.maxsize``: whole passes).
         self._micro = micro_batch_rows(config.micro_batch_size, self.policy.model, self.device, self.members)
+        if config.compile and self.world_size > 1:
+            raise ConfigError("NPGConfig.compile is not supported under torch.distributed yet (the natural step's "
+                              "all-reduces would run inside the compiled program); got world_size "
+                              f"{self.world_size}, expected 1")
+        self._natural_program = compiled(self._natural_step) if config.compile else self._natural_step
 
     def _optimized_parameters(self) -> list[nn.Parameter]:
         sample = self.env.observation_spec.rand((2 * self.num_seeds,)).to(self.device)  # whole members
@@ -223,13 +230,22 @@ class NPG(Algorithm):
         """``θ += step · (F + λ I)⁻¹ g`` on the actor, each member's row of ``[S, P]``, with
         ``g`` from the whole batch and ``F`` from the FVP subsample; with ``line_search``,
         TRPO's backtracking. Moves the actor's parameters and returns what the step did."""
+        N, n = samples.advantages.shape[0], self.config.fvp_batch_size
+        # The FVP subsample is drawn here, outside the compiled program: the same draws as
+        # an eager run's.
+        index = None if n * self.num_seeds >= N else self.members.subsample(N // self.num_seeds, n)
+        return self._natural_program(samples, index)
+
+    def _natural_step(self, samples: Samples, index: Tensor | None) -> NaturalStep:
+        """:meth:`natural_step` on the FVP subsample ``index`` (``None``: every row); with
+        ``compile``, one compiled program."""
         cfg = self.config
         theta0 = self._flat_actor()  # [S, P]
         old_params = self._dist_params(theta0, samples.obs_normalized)  # detached: never a live graph
         old_dist = self.policy.distribution(old_params, samples.obs)
         g = self._gradient(theta0, samples)  # [S, P], whole batch
         rdist.all_reduce_(g, "mean")  # data parallel: the gradient of the global batch
-        sub, sub_old_params, sub_old_dist = self._fvp_subsample(samples, old_params, old_dist)
+        sub, sub_old_params = (samples, old_params) if index is None else (samples.select(index), old_params[index])
         fvp = self._fisher_vector_product(theta0, sub, sub_old_params)
         cg = conjugate_gradient(fvp, g, iters=cfg.cg_iters, residual_tol=cfg.cg_residual_tol)
         scale = self._step_scale(cg.x, fvp)  # [S, 1]
@@ -249,19 +265,6 @@ class NPG(Algorithm):
                 -surr_new, -mean(old_dist.entropy()), mean(old_dist.kl(new_dist)), step_size,
                 cg.residual_norm, surr_new - surr_old, backtracks,
             )
-
-    def _fvp_subsample(self, samples: Samples, old_params: Tensor, old_dist: Distribution
-                       ) -> tuple[Samples, Tensor, Distribution]:
-        """A random ``fvp_batch_size`` subsample of every member's rows for Fisher-vector
-        products and the line search, and the old distribution's parameters (from the
-        ``[N, K]`` old ones) and distribution on it."""
-        N, n = samples.advantages.shape[0], self.config.fvp_batch_size
-        if n * self.num_seeds >= N:
-            return samples, old_params, old_dist
-        idx = self.members.subsample(N // self.num_seeds, n)
-        sub = samples.select(idx)
-        sub_params = old_params[idx]
-        return sub, sub_params, self.policy.distribution(sub_params, sub.obs)
 
     def _fisher_vector_product(self, theta0: Tensor, sub: Samples, sub_old_params: Tensor
                                ) -> Callable[[Tensor], Tensor]:

@@ -21,7 +21,7 @@ from torch import Tensor
 
 from rlx.core import distributed as rdist
 from rlx.core._sync import allowed_sync
-from rlx.algorithms.base import Algorithm, RolloutFns
+from rlx.algorithms.base import Algorithm
 from rlx.core.config_fields import ConfigError
 from rlx.models import split_actor_critic
 from rlx.algorithms.fused import FusedUpdate, fused_unsupported
@@ -141,21 +141,10 @@ class PPO(Algorithm):
         return self.config.cudagraphs
 
     @property
-    def compiles(self) -> bool:
-        return self.config.compile
-
-    @property
     def needs_tensor_lr(self) -> bool:
         # The KL early stop gates the LR on the device (Members.gates_lr).
         kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr
         return self.config.cudagraphs or (kl_stop and self.members.gates_lr) or self.config.kl_adaptive_lr_per_minibatch
-
-    def _rollout_fns(self) -> RolloutFns:
-        if not self.config.compile:
-            return RolloutFns(None, None, False)
-        # A second shape (the last value pass) recompiles once with dynamic shapes, which
-        # then serve every size. A graph-safe env's steps compile whole (acting included).
-        return RolloutFns(compiled(self.policy.act_step, dynamic=None), compiled(self.policy.value_step, dynamic=None), True)
 
     def _actor_and_critic(self) -> list[list[torch.nn.Parameter]]:
         """The actor's and the critic's parameters (``clip_grad_per_network``)."""

@@ -285,10 +285,17 @@ class NPGConfig(CommonConfig):
     #: wider ones (a 32768-row pass of a 256-wide critic runs 1.9x slower than 2048-row
     #: passes), no split on CUDA; 0: never split. Not with S members (their rows stay whole).
     micro_batch_size: int | None = None
+    #: ``torch.compile`` (inductor) the natural step (gradient, Fisher-vector products,
+    #: conjugate gradient, step size, line search and the parameter update) as one
+    #: program, and collect's acting and value passes as PPO's ``compile`` does. The
+    #: first step pays for compiling (about a minute on a CPU; inductor's on-disk cache
+    #: serves later runs). Not under torch.distributed.
+    compile: bool = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int(self, "micro_batch_size", minimum=0, allow_none=True)
+        check_bool(self, "compile")
         check_float(self, "max_kl", low=0.0, low_open=True)
         if self.step_size_rule not in ("kl", "fixed"):
             fail(self, "step_size_rule", f"must be 'kl' or 'fixed', got {self.step_size_rule!r}")

@@ -123,7 +123,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
         config = A2CConfig(**common, cudagraphs=cudagraphs, compile=compile)  # one whole-rollout step
         epochs = 1
     else:
-        config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768))
+        config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768), compile=compile)
         epochs = 1
     if cudagraphs:
         # Time replays only: the capture runs in the collect after the eager warm-ups.
@@ -151,7 +151,7 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
     return {
         "env": env_name, "algo": algo_name, "num_envs": num_envs, "num_seeds": num_seeds, "horizon": horizon,
         "hiddens": hiddens, "amp": amp,
-        "cudagraphs": cudagraphs, "compile": compile and algo_name in ("ppo", "ppo_4mb", "a2c"), "warmup": warmup,
+        "cudagraphs": cudagraphs, "compile": compile and algo_name != "recurrent_ppo", "warmup": warmup,
         "collect_steps_per_s": n / c, "update_samples_per_s": n * epochs / s,
         "end_to_end_steps_per_s": n / statistics.median([a + b for a, b in zip(collect_s, step_s)]),
         "collect_ms": 1e3 * c, "step_ms": 1e3 * s, "peak_memory_mb": _peak_memory_mb(dev),
@@ -176,7 +176,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--amp", action="store_true", help="mixed precision (bf16 on CPU, fp16 on CUDA)")
     parser.add_argument("--cudagraphs", action="store_true", help="PPO: CUDA-graph the minibatch update, and collect's T loop for graph-safe envs")
     parser.add_argument("--compile", action="store_true",
-                        help="PPO: torch.compile acting, values and losses (warm-up iterations include compiling)")
+                        help="compile=True (PPO, A2C, NPG; warm-up iterations include compiling)")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per point, after warm-up (default 5)")
     parser.add_argument("--warmup", type=int, default=2, help="untimed warm-up iterations (default 2)")
     parser.add_argument("--threads", default="auto", metavar="N|auto",
@@ -288,7 +288,7 @@ def run(args: argparse.Namespace) -> int:
                 row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
                                 args.iters, args.warmup,
                                 args.cudagraphs and algo_name in ("ppo", "ppo_4mb", "a2c"),
-                                args.compile and algo_name in ("ppo", "ppo_4mb", "a2c"), num_seeds=seeds)
+                                args.compile and algo_name != "recurrent_ppo", num_seeds=seeds)
                 rows.append(row)
                 print(
                     f"{env_name:16s} {algo_name:4s} B={b:6d} S={seeds:3d}  collect {row['collect_steps_per_s']:12,.0f}/s  "

@@ -10,7 +10,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from rlx import NPGConfig
-from rlx.algorithms.npg import Samples, split_actor_critic
+from rlx.algorithms.npg import NaturalStep, Samples, split_actor_critic
 from rlx.core.distributions import Categorical, Distribution, Normal
 from rlx.envs import CartPole, Pendulum
 
@@ -149,7 +149,8 @@ def test_micro_batched_pieces_equal_the_whole_pass_ones(fisher: str, monkeypatch
     old = whole._dist_params(theta0, samples.obs_normalized)
     assert_close(cut._dist_params(theta0, samples.obs_normalized), old, rtol=1e-6, atol=1e-7)
     torch.manual_seed(6)
-    sub, sub_old, _ = whole._fvp_subsample(samples, old, None)
+    index = whole.members.subsample(256, whole.config.fvp_batch_size)
+    sub, sub_old = samples.select(index), old[index]
     assert sub.advantages.shape[0] == 52
     v = torch.randn_like(theta0)
     fvp_whole, fvp_cut = whole._fisher_vector_product(theta0, sub, sub_old), cut._fisher_vector_product(theta0, sub, sub_old)
@@ -184,6 +185,27 @@ def test_micro_batched_npg_steps_like_the_whole_pass_one() -> None:
             assert_close(b, a, rtol=1e-4, atol=1e-5)
         for key in ("losses/policy", "losses/vf", "monitors/kl_div", "npg/step_size"):
             assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-7), key
+
+
+@pytest.mark.parametrize("extra", [{}, {"line_search": True, "micro_batch_size": 100}], ids=["npg", "trpo_in_passes"])
+def test_the_compiled_natural_step_equals_the_eager_one(extra: dict) -> None:
+    """``compile=True`` runs the natural step (gradient, CG, step size, line search, the
+    parameter update) as one program: on the same batch and subsample, the eager step's
+    result to float rounding (inductor fuses and reorders the float32 arithmetic)."""
+    eager, program = (_config(compile=flag, **extra).build(CartPole) for flag in (False, True))
+    assert program.compiles and not eager.compiles
+    program.policy.load_state_dict(eager.policy.state_dict())
+    torch.manual_seed(5)
+    samples = Samples(*_batch(eager))
+    steps = []
+    for algo in (eager, program):
+        torch.manual_seed(6)  # the same subsample
+        steps.append(algo.natural_step(samples))
+    for a, b in zip(eager.actor_params, program.actor_params):
+        assert_close(b, a, rtol=1e-4, atol=1e-6)
+    for name, a, b in zip(NaturalStep._fields, *steps):
+        assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
+    assert steps[0].step_size.item() > 0
 
 
 def test_natural_step_runs_in_float32_under_amp_and_the_critic_trains() -> None:
