@@ -126,6 +126,10 @@ class NPG(Algorithm):
                               "all-reduces would run inside the compiled program); got world_size "
                               f"{self.world_size}, expected 1")
         self._natural_program = compiled(self._natural_step) if config.compile else self._natural_step
+        model = self.policy.model
+        self._value_fn = getattr(model, "value", None) or (lambda o: model(o)[1])
+        #: A pass's critic loss (forward and loss; autograd's backward): compiled with ``compile``.
+        self._critic_loss = compiled(self._critic_losses, dynamic=None) if config.compile else self._critic_losses
 
     def _optimized_parameters(self) -> list[nn.Parameter]:
         sample = self.env.observation_spec.rand((2 * self.num_seeds,)).to(self.device)  # whole members
@@ -373,6 +377,12 @@ class NPG(Algorithm):
         backtracks = torch.where(accepted, first.to(theta0.dtype), -1.0)
         return theta_new, step_size, backtracks
 
+    def _critic_losses(self, obs_normalized: Obs, returns: Tensor) -> Tensor:
+        """``[S]``: each member's ``0.5 mean((V - R)²)`` on a pass's rows (with grad)."""
+        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.config.enable_amp):
+            values = self._value_fn(obs_normalized)
+        return 0.5 * self.members.mean_each((values.float() - returns).square())
+
     def _fit_critic(self, obs_normalized: Obs, returns: Tensor) -> Tensor:
         """Regress the critic on the λ-returns: each minibatch holds ``critic_minibatch_size``
         rows of every member (the whole buffer by default), the loss is the sum of each
@@ -381,7 +391,6 @@ class NPG(Algorithm):
         cfg, members = self.config, self.members
         n = returns.shape[0] // self.num_seeds
         m = cfg.critic_minibatch_size or n
-        value_fn = getattr(self.policy.model, "value", None) or (lambda o: self.policy.model(o)[1])
         total = torch.zeros(self.num_seeds, device=self.device)
         count = 0
         for _ in range(cfg.optim_critic_iters):
@@ -390,9 +399,7 @@ class NPG(Algorithm):
                 loss = torch.zeros(self.num_seeds, device=self.device)
                 for first, size in self._parts(rows):  # passes whose gradients accumulate by share
                     mb = index[lo + first : lo + first + size]
-                    with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
-                        values = value_fn(obs_normalized[mb])
-                    part = 0.5 * members.mean_each((values.float() - returns[mb]).square())
+                    part = self._critic_loss(obs_normalized[mb], returns[mb])
                     share = size / rows
                     self.grad_scaler.scale(part.sum() * share if share != 1.0 else part.sum()).backward()
                     loss = loss + share * part.detach()

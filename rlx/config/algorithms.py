@@ -287,7 +287,8 @@ class NPGConfig(CommonConfig):
     micro_batch_size: int | None = None
     #: ``torch.compile`` (inductor) the natural step (gradient, Fisher-vector products,
     #: conjugate gradient, step size, line search and the parameter update) as one
-    #: program, and collect's acting and value passes as PPO's ``compile`` does. The
+    #: program, the critic regression's forward pass and loss, and collect's acting and
+    #: value passes as PPO's ``compile`` does. The
     #: first step pays for compiling (about a minute on a CPU; inductor's on-disk cache
     #: serves later runs). Not under torch.distributed.
     compile: bool = False

@@ -190,8 +190,9 @@ def test_micro_batched_npg_steps_like_the_whole_pass_one() -> None:
 @pytest.mark.parametrize("extra", [{}, {"line_search": True, "micro_batch_size": 100}], ids=["npg", "trpo_in_passes"])
 def test_the_compiled_natural_step_equals_the_eager_one(extra: dict) -> None:
     """``compile=True`` runs the natural step (gradient, CG, step size, line search, the
-    parameter update) as one program: on the same batch and subsample, the eager step's
-    result to float rounding (inductor fuses and reorders the float32 arithmetic)."""
+    parameter update) as one program, and the critic's loss compiled: on the same batch
+    and subsample, the eager step's result to float rounding (inductor fuses and
+    reorders the float32 arithmetic)."""
     eager, program = (_config(compile=flag, **extra).build(CartPole) for flag in (False, True))
     assert program.compiles and not eager.compiles
     program.policy.load_state_dict(eager.policy.state_dict())
@@ -206,6 +207,17 @@ def test_the_compiled_natural_step_equals_the_eager_one(extra: dict) -> None:
     for name, a, b in zip(NaturalStep._fields, *steps):
         assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
     assert steps[0].step_size.item() > 0
+    # The critic regression's passes run the compiled loss (autograd's backward through it).
+    assert program._critic_loss is not program._critic_losses
+    returns = torch.randn(samples.advantages.shape[0], 1)
+    losses = []
+    for algo in (eager, program):
+        torch.manual_seed(7)  # the same shuffles
+        losses.append(algo._fit_critic(samples.obs_normalized, returns))
+    assert_close(losses[1], losses[0], rtol=1e-5, atol=1e-7)
+    lr = eager.config.optimizer_kwargs["lr"]
+    for a, b in zip(eager.critic_params, program.critic_params):  # Adam: rounding moves a step by ~1e-5 lr
+        assert_close(b, a, rtol=1e-5, atol=1e-3 * lr)
 
 
 def test_natural_step_runs_in_float32_under_amp_and_the_critic_trains() -> None:
