@@ -22,7 +22,6 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from rlx.collect.buffer import ACTIONS, FINAL_VALUES, HIDDEN, LOGP, RESETS, VALUES, StepColumns, make_buffer
-from rlx.core.compiling import call_warm, compiled
 from rlx.core.cuda_graphs import GraphedCall
 from rlx.env import (
     FINAL_OBS,
@@ -35,6 +34,7 @@ from rlx.env import (
     check_obs,
     check_step_output,
 )
+from rlx.collect.compiled_loop import CompiledTLoop
 from rlx.collect.episodes import carry_episodes, episode_statistics, float_leaves, raise_first_nonfinite, truncated_slots
 from rlx.members.axis import Members
 from rlx.policy import Obs, PolicyBase, StepOutput, flatten_time
@@ -63,9 +63,9 @@ class Rollout:
             policy's :meth:`~rlx.policy.PolicyBase.act_step` and
             :meth:`~rlx.policy.PolicyBase.value_step`; PPO may pass compiled ones).
         graphed: Capture the T loop in a CUDA graph (a graph-safe env on CUDA only).
-        compile_steps: Run each step of the T loop (acting, the env step, the buffer
-            writes) as one compiled program (a graph-safe env: it returns the same keys
-            on every step).
+        compile_steps: Run the T loop (acting, the env step, the buffer writes) as
+            compiled programs of several steps (:mod:`rlx.collect.compiled_loop`; a
+            graph-safe env: it returns the same keys on every step).
     """
 
     def __init__(
@@ -87,9 +87,9 @@ class Rollout:
         self.act_fn = act_fn or policy.act_step
         self.value_fn = value_fn or policy.value_step
         self.graphed = graphed
-        #: ``compile_steps``: :meth:`write_step` compiled (one program for every column).
-        self.compiled_step = compiled(self._write_step_only) if compile_steps else None
-        self._compiled_modes: set[bool] = set()  # modes (deterministic or not) compiled so far
+        #: ``compile_steps``: the compiled T loop, made with the buffer.
+        self.compiled_loop: CompiledTLoop | None = None
+        self._compile_steps = compile_steps
         self.buffer: TensorDict | None = None
         self.terminates = self.truncates = False
         # Per-env partial-episode return and length carried across collects (float64:
@@ -184,6 +184,8 @@ class Rollout:
         # Where a pass cannot be cut into rows (S members), every value pass takes whole
         # columns (a gather would split the members unevenly): the capacity is every step.
         self.set_truncation_capacity(B * per_env if self.members.can_cut_passes else B * T)
+        if self._compile_steps:
+            self.compiled_loop = CompiledTLoop(self)
 
     def set_truncation_capacity(self, capacity: int) -> None:
         """Value at most ``capacity`` truncated steps per collect without a fallback."""
@@ -250,19 +252,12 @@ class Rollout:
         Column 0 is in place when it starts. Everything it touches lives at fixed
         addresses (the buffer's column views, the policy's parameters and normalizer
         statistics, a graph-safe env's state), which is what lets it replay as one CUDA
-        graph, and lets ``compile_steps`` run each step as one compiled program (the
-        same program for every column: its inputs are the column's views).
+        graph, and lets ``compile_steps`` run it as compiled programs of several steps
+        (:mod:`rlx.collect.compiled_loop`).
         """
         T, stateful = self.horizon, self.stateful
-        if self.compiled_step is not None:  # a graph-safe env and a feedforward policy
-            # After this mode's first run, every call sees the views it was compiled for
-            # (the same shapes, dtypes and addresses, as a CUDA graph replay does): the
-            # per-call guard checks, half of a CPU T loop's time at B = 64, are skipped.
-            # (Only the guards telling the two modes apart run, once both exist.)
-            warm = deterministic in self._compiled_modes
-            for t in range(T):
-                call_warm(self.compiled_step, self.columns[t], deterministic, warm=warm)
-            self._compiled_modes.add(deterministic)
+        if self.compiled_loop is not None:  # a graph-safe env and a feedforward policy
+            self.compiled_loop(deterministic)
             return
         for t in range(T):
             if stateful and t > 0:
@@ -296,9 +291,6 @@ class Rollout:
             c.final_obs.copy_(out.get(FINAL_OBS))
         c.next_obs.copy_(out.get(OBS))
         return out
-
-    def _write_step_only(self, c: StepColumns, deterministic: bool) -> None:
-        self.write_step(c, deterministic)
 
     # -- values ----------------------------------------------------------------------------
 

@@ -171,7 +171,7 @@ def test_the_compiled_program_equals_the_uncompiled_one(name: str) -> None:
     compiled.policy.load_state_dict(fused.policy.state_dict())
     # Collect eagerly in both (compile=True also compiles the T loop, with inductor's RNG).
     compiled.rollout.act_fn, compiled.rollout.value_fn = compiled.policy.act_step, compiled.policy.value_step
-    compiled.rollout.compiled_step = None
+    compiled.rollout.compiled_loop = None
     for algo in (fused, compiled):
         torch.manual_seed(11)
         algo.collect()
@@ -206,7 +206,7 @@ def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
     plain.update = plain.fused
     for algo in (plain, compiled):  # collect eagerly in both (the compiled T loop draws other numbers)
         algo.rollout.act_fn, algo.rollout.value_fn = algo.policy.act_step, algo.policy.value_step
-        algo.rollout.compiled_step = None
+        algo.rollout.compiled_loop = None
     compiled.load_state_dict(plain.state_dict())
     for i in range(3):
         if i == 2:  # a reload replaces the optimizer's state tensors; a new LR
@@ -224,16 +224,18 @@ def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
 
 @pytest.mark.parametrize("env_name", ["CartPole", "Pendulum", "MountainCarContinuous"])
 def test_the_compiled_t_loop_writes_what_the_eager_one_writes(env_name: str) -> None:
-    """compile=True runs each step of a graph-safe env's T loop as one compiled program.
-    Deterministic acting and envs whose resets draw no random numbers in this window
+    """compile=True runs a graph-safe env's T loop as compiled programs of several steps,
+    the same program for each group (T = 12: two calls of one 6-step program, the second
+    writing columns 6-11). Deterministic acting and envs whose resets draw no random numbers in this window
     make the two loops comparable: the same buffer up to float rounding."""
     import rlx.envs
 
     env_cls = getattr(rlx.envs, env_name)
-    config = dict(num_envs=16, horizon=8, device="cpu", seed=0, normalize_obs=True)
+    config = dict(num_envs=16, horizon=12, device="cpu", seed=0, normalize_obs=True)
     eager = AlgorithmConfig(**config).build(env_cls)
     compiled = AlgorithmConfig(**config, compile=True).build(env_cls)
-    assert compiled.rollout.compiled_step is not None and eager.rollout.compiled_step is None
+    assert compiled.rollout.compiled_loop is not None and eager.rollout.compiled_loop is None
+    assert compiled.rollout.compiled_loop.steps_per_program == 6 and len(compiled.rollout.compiled_loop.starts) == 2
     compiled.load_state_dict(eager.state_dict())
     for algo in (eager, compiled):
         torch.manual_seed(5)

@@ -1,0 +1,96 @@
+"""Collect's T loop as compiled programs: ``compile=True`` with a graph-safe env and a
+feedforward policy.
+
+One program runs ``K`` steps (acting, the env step, the buffer writes), ``K`` the largest
+divisor of T up to :data:`STEPS_PER_PROGRAM`, and the same program serves every group of
+K steps: its inputs are the buffer's whole columns and the group's first step as a 0-d
+index tensor, and each step reads and writes its column by index. (Views of each step's
+columns as inputs would alias one another, and torch 2.13 then writes a reused program's
+outputs at the offsets of its first call.) Observation groups (a TensorDict) keep one
+program per step, on that step's column views.
+
+After a mode's (sampling, deterministic) first run, every call sees the tensors it was
+compiled for, at the same addresses, as a CUDA graph replay does: dynamo's per-call guard
+checks are skipped (:func:`rlx.core.compiling.call_warm`).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import torch
+from torch import Tensor
+
+from rlx.collect.buffer import ACTIONS, LOGP, VALUES
+from rlx.core.compiling import call_warm, compiled
+from rlx.env import FINAL_OBS, OBS, REWARDS, TERMINATED, TRUNCATED
+
+if TYPE_CHECKING:
+    from rlx.collect.buffer import StepColumns
+    from rlx.collect.rollout import Rollout
+
+__all__ = ["CompiledTLoop", "STEPS_PER_PROGRAM"]
+
+#: The most steps one compiled program runs. Each compiled call costs tens of microseconds
+#: of Python and dispatch on a CPU: at B = 64 a T = 32 loop took 3.6 ms in 32 one-step
+#: programs and 1.6 ms in four of 8 steps (one program of all 32 compiled for 44 s,
+#: against 17 s for 8 steps, and ran no faster).
+STEPS_PER_PROGRAM = 8
+
+
+class CompiledTLoop:
+    """``loop(deterministic)``: the rollout's T loop (:meth:`Rollout.steps`), compiled."""
+
+    def __init__(self, rollout: Rollout) -> None:
+        self.rollout = rollout
+        buf, T = rollout.buffer, rollout.horizon
+        self._warm_modes: set[bool] = set()
+        #: The first step of each program's group (``None``: one program per step).
+        self.starts: list[Tensor] | None = None
+        self.steps_per_program = 1
+        if not isinstance(buf.get(OBS), Tensor):
+            self.program = compiled(self._write_step)
+            return
+        K = self.steps_per_program = max(k for k in range(1, STEPS_PER_PROGRAM + 1) if T % k == 0)
+        self.starts = [torch.tensor(t, device=rollout.device) for t in range(0, T, K)]
+        keys = [OBS, ACTIONS, LOGP, VALUES, REWARDS, TERMINATED, TRUNCATED] + ([FINAL_OBS] if rollout.truncates else [])
+        self._columns = {key: buf.get(key) for key in keys}
+        self.program = compiled(self.write_steps)
+
+    def __call__(self, deterministic: bool) -> None:
+        warm = deterministic in self._warm_modes
+        if self.starts is not None:
+            for start in self.starts:
+                call_warm(self.program, start, deterministic, warm=warm)
+        else:
+            for c in self.rollout.columns:
+                call_warm(self.program, c, deterministic, warm=warm)
+        self._warm_modes.add(deterministic)
+
+    def _write_step(self, c: StepColumns, deterministic: bool) -> None:
+        self.rollout.write_step(c, deterministic)
+
+    def write_steps(self, start: Tensor, deterministic: bool) -> None:
+        """:meth:`Rollout.write_step` for the :attr:`steps_per_program` columns from
+        ``start`` (a 0-d index tensor), each read and written by index."""
+        ro, cols = self.rollout, self._columns
+        c0 = ro.columns[0]  # a feedforward policy's (empty) state and reset flags
+
+        def write(key: str, index: Tensor, value: Tensor) -> None:
+            cols[key].index_copy_(1, index, value.unsqueeze(1))
+
+        for k in range(self.steps_per_program):
+            t = (start + k).view(1)
+            step = ro.act_fn(cols[OBS].index_select(1, t).squeeze(1), c0.state, c0.reset, deterministic=deterministic)
+            write(ACTIONS, t, step.actions)  # before the env may modify them in place
+            write(LOGP, t, step.logp)
+            if step.values is not None:
+                write(VALUES, t, step.values)
+            out = ro.env.step(step.env_actions)
+            write(REWARDS, t, out.get(REWARDS))
+            if ro.terminates:
+                write(TERMINATED, t, out.get(TERMINATED))
+            if ro.truncates:
+                write(TRUNCATED, t, out.get(TRUNCATED))
+                write(FINAL_OBS, t, out.get(FINAL_OBS))
+            write(OBS, t + 1, out.get(OBS))
