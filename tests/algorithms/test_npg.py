@@ -187,7 +187,9 @@ def test_micro_batched_npg_steps_like_the_whole_pass_one() -> None:
             assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-7), key
 
 
-@pytest.mark.parametrize("extra", [{}, {"line_search": True, "micro_batch_size": 100}], ids=["npg", "trpo_in_passes"])
+@pytest.mark.parametrize("extra", [{}, {"line_search": True, "micro_batch_size": 100},
+                                   {"line_search": True, "num_seeds": 2, "member_hparams": {"max_kl": [0.01, 0.05]}}],
+                         ids=["npg", "trpo_in_passes", "trpo_members"])
 def test_the_compiled_natural_step_equals_the_eager_one(extra: dict) -> None:
     """``compile=True`` runs the natural step (gradient, CG, step size, line search, the
     parameter update) as one program, and the critic's loss compiled: on the same batch
@@ -206,7 +208,7 @@ def test_the_compiled_natural_step_equals_the_eager_one(extra: dict) -> None:
         assert_close(b, a, rtol=1e-4, atol=1e-6)
     for name, a, b in zip(NaturalStep._fields, *steps):
         assert_close(b, a, rtol=1e-4, atol=1e-6, msg=name)
-    assert steps[0].step_size.item() > 0
+    assert steps[0].step_size.max().item() > 0
     # The critic regression's passes run the compiled loss (autograd's backward through it).
     assert program._critic_loss is not program._critic_losses
     returns = torch.randn(samples.advantages.shape[0], 1)
