@@ -41,7 +41,7 @@ __all__ = ["Algorithm", "Obs", "RolloutFns"]
 
 class RolloutFns(NamedTuple):
     """How an algorithm's collect runs: ``act`` and ``value`` (``None``: the policy's
-    own), and ``compile_steps``: each step of the T loop as one compiled program."""
+    own), and ``compile_steps``: the T loop as compiled programs (:mod:`rlx.collect.compiled_loop`)."""
 
     act: ActFn | None
     value: ValueFn | None
@@ -195,7 +195,7 @@ class Algorithm(MemberValues, ABC):
 
     def _rollout_fns(self) -> RolloutFns:
         """What the T loop calls to act and to value (``None``: the policy's own), and
-        whether each of its steps runs compiled (for a graph-safe env): compiled ones with
+        whether the T loop runs compiled (for a graph-safe env): compiled ones with
         ``compile`` (a second shape recompiles once, with dynamic shapes for every size)."""
         if not self.compiles:
             return RolloutFns(None, None, False)
