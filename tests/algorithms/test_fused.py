@@ -222,20 +222,38 @@ def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
     assert len(compiled.fused._warm) == 2
 
 
-@pytest.mark.parametrize("env_name", ["CartPole", "Pendulum", "MountainCarContinuous"])
-def test_the_compiled_t_loop_writes_what_the_eager_one_writes(env_name: str) -> None:
+class _SharedTrunk(torch.nn.Module):
+    """A model whose one forward pass gives the distribution's parameters and the value:
+    the T loop writes the values as it acts."""
+
+    def __init__(self, observation_spec, action_spec, /, *, num_params):
+        super().__init__()
+        self.trunk = torch.nn.Linear(observation_spec.shape[-1], 16)
+        self.pi, self.v = torch.nn.Linear(16, sum(num_params)), torch.nn.Linear(16, 1)
+
+    def forward(self, obs):
+        h = torch.tanh(self.trunk(obs))
+        return self.pi(h), self.v(h)
+
+
+@pytest.mark.parametrize("env_name, extra", [("CartPole", {}), ("Pendulum", {}), ("MountainCarContinuous", {}),
+                                             ("CartPole", {"model_cls": _SharedTrunk, "model_config": None})],
+                         ids=["CartPole", "Pendulum", "MountainCarContinuous", "shared_trunk"])
+def test_the_compiled_t_loop_writes_what_the_eager_one_writes(env_name: str, extra: dict) -> None:
     """compile=True runs a graph-safe env's T loop as compiled programs of several steps,
     the same program for each group (T = 12: two calls of one 6-step program, the second
-    writing columns 6-11). Deterministic acting and envs whose resets draw no random numbers in this window
-    make the two loops comparable: the same buffer up to float rounding."""
+    writing columns 6-11; with a shared trunk, the values too). Deterministic acting and
+    envs whose resets draw no random numbers in this window make the two loops
+    comparable: the same buffer up to float rounding."""
     import rlx.envs
 
     env_cls = getattr(rlx.envs, env_name)
-    config = dict(num_envs=16, horizon=12, device="cpu", seed=0, normalize_obs=True)
+    config = dict(num_envs=16, horizon=12, device="cpu", seed=0, normalize_obs=True, **extra)
     eager = AlgorithmConfig(**config).build(env_cls)
     compiled = AlgorithmConfig(**config, compile=True).build(env_cls)
     assert compiled.rollout.compiled_loop is not None and eager.rollout.compiled_loop is None
     assert compiled.rollout.compiled_loop.steps_per_program == 6 and len(compiled.rollout.compiled_loop.starts) == 2
+    assert compiled.policy.values_while_acting == ("model_cls" in extra)
     compiled.load_state_dict(eager.state_dict())
     for algo in (eager, compiled):
         torch.manual_seed(5)
