@@ -291,6 +291,8 @@ def test_actor_critic_split_by_autograd_for_models_without_the_methods() -> None
         ("step_size_rule", "adaptive"),
         ("optim_critic_iters", 0),
         ("critic_minibatch_size", 10_000),
+        ("micro_batch_size", -1),
+        ("compile", "yes"),
     ],
 )
 def test_bad_npg_fields_raise_naming_the_field(field: str, value) -> None:
