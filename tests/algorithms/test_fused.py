@@ -241,8 +241,8 @@ class _SharedTrunk(torch.nn.Module):
                          ids=["CartPole", "Pendulum", "MountainCarContinuous", "shared_trunk"])
 def test_the_compiled_t_loop_writes_what_the_eager_one_writes(env_name: str, extra: dict) -> None:
     """compile=True runs a graph-safe env's T loop as compiled programs of several steps,
-    the same program for each group (T = 12: two calls of one 6-step program, the second
-    writing columns 6-11; with a shared trunk, the values too). Deterministic acting and
+    the same program for each group (T = 12: three calls of one 4-step program, the later
+    ones writing columns 4-11; with a shared trunk, the values too). Deterministic acting and
     envs whose resets draw no random numbers in this window make the two loops
     comparable: the same buffer up to float rounding."""
     import rlx.envs
@@ -252,7 +252,7 @@ def test_the_compiled_t_loop_writes_what_the_eager_one_writes(env_name: str, ext
     eager = AlgorithmConfig(**config).build(env_cls)
     compiled = AlgorithmConfig(**config, compile=True).build(env_cls)
     assert compiled.rollout.compiled_loop is not None and eager.rollout.compiled_loop is None
-    assert compiled.rollout.compiled_loop.steps_per_program == 6 and len(compiled.rollout.compiled_loop.starts) == 2
+    assert compiled.rollout.compiled_loop.steps_per_program == 4 and len(compiled.rollout.compiled_loop.starts) == 3
     assert compiled.policy.values_while_acting == ("model_cls" in extra)
     compiled.load_state_dict(eager.state_dict())
     for algo in (eager, compiled):
