@@ -26,7 +26,7 @@ from rlx.core.config_fields import ConfigError
 from rlx.models import split_actor_critic
 from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
-from rlx.algorithms.minibatches import (  # noqa: F401 (the micro-batch defaults, re-exported)
+from rlx.algorithms.minibatches import (  # the micro-batch defaults, re-exported
     CPU_MICRO_BATCH_SIZE, CPU_WIDE_MICRO_BATCH_SIZE, Batch, MinibatchSource, Samples, default_cpu_micro_batch_size,
     micro_batch_rows)
 from rlx.algorithms.rnd import RND, RNDConfig

@@ -29,7 +29,7 @@ if TYPE_CHECKING:
     from rlx.collect.buffer import StepColumns
     from rlx.collect.rollout import Rollout
 
-__all__ = ["CompiledTLoop", "STEPS_PER_PROGRAM"]
+__all__ = ["STEPS_PER_PROGRAM", "CompiledTLoop"]
 
 #: The most steps one compiled program runs. Each compiled call costs tens of microseconds
 #: of Python and dispatch on a CPU, and each step a program runs adds to its compile: at
