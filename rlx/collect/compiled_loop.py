@@ -33,9 +33,10 @@ __all__ = ["STEPS_PER_PROGRAM", "CompiledTLoop"]
 
 #: The most steps one compiled program runs. Each compiled call costs tens of microseconds
 #: of Python and dispatch on a CPU, and each step a program runs adds to its compile: at
-#: B = 64, T = 32 (one thread, an empty inductor cache) the loop took 3.36 / 2.40 / 1.93 /
-#: 1.66 ms in programs of 1 / 2 / 4 / 8 steps, compiled in 10.4 / 11.8 / 15.4 / 22.9 s. Four
-#: steps keep most of the gain for a third of the added compile time.
+#: B = 64, T = 32 (one thread, an empty inductor cache) the loop took 3.46 / 2.42 / 1.91 /
+#: 1.71 ms in programs of 1 / 2 / 4 / 8 steps, compiled in 11.5 / 12.5 / 15.9 / 22.0 s
+#: (``benchmarks/experiments/t_loop_programs.py``). Four steps keep most of the gain for
+#: a third of the added compile time.
 STEPS_PER_PROGRAM = 4
 
 
