@@ -11,6 +11,7 @@ import dataclasses
 import functools
 import json
 import math
+import os
 import subprocess
 import time
 from pathlib import Path
@@ -23,7 +24,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: Results of the one-off scripts in ``benchmarks/experiments/``.
 EXPERIMENT_RESULTS = ROOT / "benchmarks" / "experiments" / "results"
 
-__all__ = ["EXPERIMENT_RESULTS", "RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "results_path",
+__all__ = ["EXPERIMENT_RESULTS", "RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "jax_on_cpu_threads", "results_path",
            "run_fields", "train_until"]
 
 
@@ -119,6 +120,14 @@ def run_fields() -> dict[str, str]:
     """Where and when a result was measured: ``date``, ``commit``, ``torch`` version and ``cpu``."""
     torch_version, cpu = _host()
     return {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "torch": torch_version, "cpu": cpu}
+
+
+def jax_on_cpu_threads(threads: int) -> None:
+    """Run JAX on the CPU with ``threads`` threads (XLA's Eigen pool off): call before
+    JAX is imported, to compare it with torch at ``torch.set_num_threads(threads)``."""
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
+                               f" intra_op_parallelism_threads={threads}").strip()
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 
 def results_path(name: str, folder: Path = RESULTS) -> Path:

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import statistics
 import sys
 import time
@@ -56,9 +55,9 @@ def main() -> None:
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
     if args.device == "cpu":
-        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
-                                   f" intra_op_parallelism_threads={args.threads}").strip()
-        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        from common import jax_on_cpu_threads
+
+        jax_on_cpu_threads(args.threads)
     import jax
     import numpy as np
     import torch

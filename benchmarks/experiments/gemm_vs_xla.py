@@ -18,7 +18,6 @@ only. Needs the ``jax`` extra. Results:
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -46,9 +45,9 @@ def main() -> None:
     parser.add_argument("--calls", type=int, default=100)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
-                               f" intra_op_parallelism_threads={args.threads}").strip()
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from common import jax_on_cpu_threads
+
+    jax_on_cpu_threads(args.threads)
     import jax
     import torch
     from common import EXPERIMENT_RESULTS, append_results, results_path

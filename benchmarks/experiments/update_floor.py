@@ -24,7 +24,6 @@ At 512 rows the per-call cost of a compiled torch program shows; at 8192 the ari
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
 import sys
 import time
@@ -151,9 +150,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
-                               f" intra_op_parallelism_threads={args.threads}").strip()
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    from common import jax_on_cpu_threads
+
+    jax_on_cpu_threads(args.threads)
     import torch
     from common import append_results, results_path
 
