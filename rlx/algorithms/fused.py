@@ -24,6 +24,7 @@ from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value
 
 from rlx.algorithms.kl_control import adapt_lr_
+from rlx.algorithms.minibatches import passes
 from rlx.core.compiling import call_warm
 from rlx.core.compiling import compiled as compile_fn
 from rlx.env import OBS
@@ -138,7 +139,7 @@ class FusedUpdate:
         self.micro_units = algo._micro_units
         self.accumulate_fn = compile_fn(self._accumulate) if compiled else self._accumulate
         self._carry: tuple[list[Tensor], Tensor] | None = None  # the accumulated gradients and terms
-        self._shares: dict[tuple[int, int], list[Tensor]] = {}  # (rows, micro) -> each part's share
+        self._shares: dict[int, list[Tensor]] = {}  # a minibatch's rows -> each micro-batch's share
         self._warm: set[tuple] = set()  # the (function, minibatch layout) pairs compiled so far
 
     def _state(self) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
@@ -167,17 +168,16 @@ class FusedUpdate:
 
     def _program(self, mb: Batch) -> Tensor:
         size = next(iter(mb.values())).shape[0]
-        chunk = min(self.micro_units, size)
-        if chunk == size:
+        bounds = passes(size, self.micro_units)
+        if len(bounds) == 1:
             return self._call(self.fn, mb, *self._step_args(), mb, None, None)
         # Micro-batches: all but the last accumulate (weighted by their shares) into the
         # carry, which the last one's program adds to its own before the clip and step.
-        parts = [{key: x[lo : lo + chunk] for key, x in mb.items()} for lo in range(0, size, chunk)]
-        shares = self._shares.get((size, chunk))
+        parts = [{key: x[lo : lo + n] for key, x in mb.items()} for lo, n in bounds]
+        shares = self._shares.get(size)
         if shares is None:
             device = self.params[0].device
-            shares = self._shares[(size, chunk)] = [
-                torch.tensor(min(chunk, size - lo) / size, device=device) for lo in range(0, size, chunk)]
+            shares = self._shares[size] = [torch.tensor(n / size, device=device) for _, n in bounds]
         if self._carry is None:
             rows = len(self.algo.loss_fields._fields)
             self._carry = ([torch.zeros_like(p) for p in self.params],

@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     from rlx.members.axis import Members
 
 __all__ = ["MinibatchSource", "Samples", "Sequences", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE",
-           "default_cpu_micro_batch_size", "micro_batch_rows"]
+           "default_cpu_micro_batch_size", "micro_batch_rows", "passes"]
 
 Batch = dict[str, Obs]
 Normalizer = Callable[[Tensor], Tensor]
@@ -63,6 +63,13 @@ def micro_batch_rows(micro_batch_size: int | None, model: torch.nn.Module, devic
     if micro_batch_size is None:
         micro_batch_size = default_cpu_micro_batch_size(model) if device.type == "cpu" else 0
     return micro_batch_size or sys.maxsize
+
+
+def passes(rows: int, micro: int) -> list[tuple[int, int]]:
+    """``(first row, rows)`` of each pass over ``rows`` rows in passes of at most ``micro``
+    (one pass when ``micro >= rows``); each pass's share of a mean is its rows / ``rows``."""
+    m = min(micro, rows)
+    return [(lo, min(m, rows - lo)) for lo in range(0, rows, m)]
 
 
 class MinibatchSource(Protocol):

@@ -38,7 +38,7 @@ from torch.func import functional_call, grad, vmap
 
 from rlx.core import distributed as rdist
 from rlx.algorithms.base import Algorithm
-from rlx.algorithms.minibatches import micro_batch_rows
+from rlx.algorithms.minibatches import micro_batch_rows, passes
 from rlx.core.compiling import compiled
 from rlx.core.config_fields import ConfigError
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
@@ -147,24 +147,19 @@ class NPG(Algorithm):
         chunks = torch.split(theta, self._actor_sizes, dim=-1)
         return {n: c.reshape(*self.members.lead, *s) for n, c, s in zip(self._actor_names, chunks, self._actor_shapes)}
 
-    def _parts(self, rows: int) -> list[tuple[int, int]]:
-        """``(first row, rows)`` of each pass over ``rows`` rows (one, unless micro-batched)."""
-        m = min(self._micro, rows)
-        return [(lo, min(m, rows - lo)) for lo in range(0, rows, m)]
-
     @torch.no_grad()
     def _dist_params(self, theta: Tensor, obs_normalized: Obs) -> Tensor:
         """The actor's distribution parameters at ``theta`` on ``obs_normalized``, in passes."""
         params = self._unflatten(theta)
         parts = [functional_call(self._actor_view, params, (obs_normalized[lo : lo + n],))
-                 for lo, n in self._parts(obs_normalized.shape[0])]
+                 for lo, n in passes(obs_normalized.shape[0], self._micro)]
         return parts[0] if len(parts) == 1 else torch.cat(parts)
 
     def _gradient(self, theta: Tensor, samples: Samples) -> Tensor:
         """``[S, P]``: the gradient of the summed surrogates on ``samples``, accumulated over
         passes, each weighted by its share of the rows."""
         N = samples.advantages.shape[0]
-        parts = self._parts(N)
+        parts = passes(N, self._micro)
         if len(parts) == 1:
             return grad(self._surrogate)(theta, samples)
         g = torch.zeros_like(theta)
@@ -282,7 +277,7 @@ class NPG(Algorithm):
             damping = self.hparams.get("damping", theta0.dtype).view(S, 1)
         rows = sub.advantages.shape[0]
         parts = []
-        for lo, n in self._parts(rows):
+        for lo, n in passes(rows, self._micro):
             part = sub if n == rows else Samples(*(x[lo : lo + n] for x in sub))
             parts.append((n / rows, self._pass_fvp(theta0, part, sub_old_params[lo : lo + n])))
         if len(parts) == 1:
@@ -397,7 +392,7 @@ class NPG(Algorithm):
             index = members.epoch_order(n, m, shuffle=True)
             for lo, rows in members.minibatch_bounds(n, m):
                 loss = torch.zeros(self.num_seeds, device=self.device)
-                for first, size in self._parts(rows):  # passes whose gradients accumulate by share
+                for first, size in passes(rows, self._micro):  # passes whose gradients accumulate by share
                     mb = index[lo + first : lo + first + size]
                     part = self._critic_loss(obs_normalized[mb], returns[mb])
                     share = size / rows

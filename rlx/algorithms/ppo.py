@@ -28,7 +28,7 @@ from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
 from rlx.algorithms.minibatches import (  # the micro-batch defaults, re-exported
     CPU_MICRO_BATCH_SIZE, CPU_WIDE_MICRO_BATCH_SIZE, Batch, MinibatchSource, Samples, default_cpu_micro_batch_size,
-    micro_batch_rows)
+    micro_batch_rows, passes)
 from rlx.algorithms.rnd import RND, RNDConfig
 from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
@@ -342,17 +342,16 @@ class PPO(Algorithm):
         if self.config.symmetry_augment:
             mb = self.symmetry.augment(mb, self.num_seeds)  # twice the rows: each sample and its mirrored twin
         size = next(iter(mb.values())).shape[0]
-        chunk = min(self._micro_units, size)
         stats: Tensor | None = None
-        for lo in range(0, size, chunk):
-            part = mb if chunk == size else {key: x[lo : lo + chunk] for key, x in mb.items()}
-            share = min(chunk, size - lo) / size
+        for lo, n in passes(size, self._micro_units):
+            part = mb if n == size else {key: x[lo : lo + n] for key, x in mb.items()}
+            share = n / size
             losses = self.loss_fn(part)
             total = losses.total.sum()  # S members: the sum of their losses, whose gradient is each one's own
             scale = weight * share
             self.grad_scaler.scale(total * scale if scale != 1.0 else total).backward()
             terms = torch.stack([losses.total.detach(), *losses[1:]])
-            terms = terms if chunk == size else share * terms
+            terms = terms if n == size else share * terms
             stats = terms if stats is None else stats + terms
         assert stats is not None
         if step:

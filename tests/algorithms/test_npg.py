@@ -10,6 +10,7 @@ from torch import nn
 from torch.testing import assert_close
 
 from rlx import NPGConfig
+from rlx.algorithms.minibatches import passes
 from rlx.algorithms.npg import NaturalStep, Samples, split_actor_critic
 from rlx.core.distributions import Categorical, Distribution, Normal
 from rlx.envs import CartPole, Pendulum
@@ -140,7 +141,7 @@ def test_micro_batched_pieces_equal_the_whole_pass_ones(fisher: str, monkeypatch
         monkeypatch.setattr(Normal, "fisher_product", Distribution.fisher_product)
     whole, cut = (_config(micro_batch_size=m, line_search=True).build(Pendulum) for m in (0, 40))
     cut.policy.load_state_dict(whole.policy.state_dict())
-    assert len(cut._parts(256)) == 7 and len(whole._parts(256)) == 1
+    assert len(passes(256, cut._micro)) == 7 and len(passes(256, whole._micro)) == 1
     torch.manual_seed(5)
     samples = Samples(*_batch(whole))
     theta0 = whole._flat_actor()
