@@ -6,6 +6,7 @@ import math
 
 import pytest
 import torch
+from tensordict import TensorDictBase
 from torch import nn
 from torch.testing import assert_close
 
@@ -188,19 +189,33 @@ def test_micro_batched_npg_steps_like_the_whole_pass_one() -> None:
             assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-7), key
 
 
-@pytest.mark.parametrize("extra", [{}, {"line_search": True, "micro_batch_size": 100},
-                                   {"line_search": True, "num_seeds": 2, "member_hparams": {"max_kl": [0.01, 0.05]}}],
-                         ids=["npg", "trpo_in_passes", "trpo_members"])
-def test_the_compiled_natural_step_equals_the_eager_one(extra: dict) -> None:
+def _windy_reach():
+    from rlx.envs import RslRlVecEnv
+    from rlx.examples.windy_reach import WindyReach
+
+    return RslRlVecEnv.factory(lambda n, d: WindyReach(n, d, seed=0))
+
+
+@pytest.mark.parametrize("env, extra", [
+    ("cartpole", {}), ("cartpole", {"line_search": True, "micro_batch_size": 100}),
+    ("cartpole", {"line_search": True, "num_seeds": 2, "member_hparams": {"max_kl": [0.01, 0.05]}}),
+    ("windy", {"line_search": True, "micro_batch_size": 100, "normalize_obs": True,
+               "obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]}}),
+], ids=["npg", "trpo_in_passes", "trpo_members", "trpo_obs_groups"])
+def test_the_compiled_natural_step_equals_the_eager_one(env: str, extra: dict) -> None:
     """``compile=True`` runs the natural step (gradient, CG, step size, line search, the
     parameter update) as one program, and the critic's loss compiled: on the same batch
     and subsample, the eager step's result to float rounding (inductor fuses and
-    reorders the float32 arithmetic)."""
-    eager, program = (_config(compile=flag, **extra).build(CartPole) for flag in (False, True))
+    reorders the float32 arithmetic). Observation groups (an asymmetric critic over
+    WindyReach's privileged ``critic`` group, each group normalized) go through the
+    program as TensorDicts."""
+    env_cls = _windy_reach() if env == "windy" else CartPole
+    eager, program = (_config(compile=flag, **extra).build(env_cls) for flag in (False, True))
     assert program.compiles and not eager.compiles
     program.policy.load_state_dict(eager.policy.state_dict())
     torch.manual_seed(5)
     samples = Samples(*_batch(eager))
+    assert isinstance(samples.obs, TensorDictBase) == (env == "windy")
     steps = []
     for algo in (eager, program):
         torch.manual_seed(6)  # the same subsample
