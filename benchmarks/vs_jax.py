@@ -12,7 +12,9 @@ program: the whole run is one ``jax.jit``). For each setting and round, interlea
   a compiled run of ``--iterations`` iterations, and the mean return of the episodes
   that ended in its last 5 iterations that had any;
 * rlx, per mode (``eager``: the defaults; ``compile``: ``compile=True``, whose update
-  is one compiled program, :mod:`rlx.algorithms.fused`): the first iteration's time
+  is one compiled program, :mod:`rlx.algorithms.fused`; ``compile+amp``: that program
+  under bf16 autocast on a CPU, not JAX's float32 arithmetic and so a row of its own;
+  on CUDA, fp16 with a GradScaler, which keeps the update out of the fused program): the first iteration's time
   (compiling included), then steady-state env steps/s of ``collect()`` + ``step()`` over
   the same iterations, and the same return.
 
@@ -47,8 +49,8 @@ def main() -> None:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 1024, 4096])
     parser.add_argument("--minibatches", type=int, nargs="+", default=[4, 64])
-    parser.add_argument("--modes", nargs="+", default=["eager", "compile"], choices=["eager", "compile", "cudagraphs",
-                                                                                    "compile+cudagraphs"])
+    parser.add_argument("--modes", nargs="+", default=["eager", "compile"],
+                        choices=["eager", "compile", "cudagraphs", "compile+cudagraphs", "compile+amp"])
     parser.add_argument("--iterations", type=int, default=0, help="iterations timed per run (default: ~0.5M env steps, at least 4)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
@@ -94,6 +96,7 @@ def main() -> None:
                         vf_clip_param=None, vf_coeff=s.vf_coeff, entropy_coeff=s.entropy_coeff,
                         max_grad_norm=s.max_grad_norm, model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
                         device=args.device, seed=r, compile="compile" in mode, cudagraphs="cudagraphs" in mode,
+                        enable_amp="amp" in mode,
                     )
                     algo = config.build(CartPole)
                     start = time.perf_counter()

@@ -110,7 +110,7 @@ def torch_floor(samples: int):
                 p.sub_((2.5e-3 / (1 - 0.9**step)) * m_ / (v_.sqrt() / torch.sqrt(1 - 0.999**step) + 1e-8))
         return terms
 
-    program = compiled(update)
+    program = compiled(update, device="cpu")
 
     def call() -> None:
         for _ in range(UPDATES):

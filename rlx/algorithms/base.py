@@ -199,7 +199,8 @@ class Algorithm(MemberValues, ABC):
         ``compile`` (a second shape recompiles once, with dynamic shapes for every size)."""
         if not self.compiles:
             return RolloutFns(None, None, False)
-        return RolloutFns(compiled(self.policy.act_step, dynamic=None), compiled(self.policy.value_step, dynamic=None), True)
+        return RolloutFns(compiled(self.policy.act_step, device=self.device, dynamic=None),
+                          compiled(self.policy.value_step, device=self.device, dynamic=None), True)
 
     def _optimized_parameters(self) -> list[torch.nn.Parameter]:
         """The parameters the first-order optimizer updates (all of the model's)."""

@@ -130,14 +130,14 @@ class FusedUpdate:
         self.lr = torch.zeros((), device=device, dtype=torch.float64 if self.S > 1 else torch.float32)
         self._state()  # the optimizer's state, made now if the optimizer has not stepped yet
         self.compiled = compiled
-        self.fn = compile_fn(self._update) if compiled else self._update
+        self.fn = compile_fn(self._update, device=algo.device) if compiled else self._update
         # A minibatch larger than the micro-batch (``micro_batch_size``; on a CPU, 4096 rows
         # by default) runs as the eager update does: its micro-batches' gradients
         # accumulate, each weighted by its share, and the last one's program clips and
         # steps. Activations of a whole 32768-row minibatch spill out of a CPU's cache:
         # 56 ms per update at B = 4096 against 40 ms in 4096-row passes.
         self.micro_units = algo._micro_units
-        self.accumulate_fn = compile_fn(self._accumulate) if compiled else self._accumulate
+        self.accumulate_fn = compile_fn(self._accumulate, device=algo.device) if compiled else self._accumulate
         self._carry: tuple[list[Tensor], Tensor] | None = None  # the accumulated gradients and terms
         self._shares: dict[int, list[Tensor]] = {}  # a minibatch's rows -> each micro-batch's share
         self._warm: set[tuple] = set()  # the (function, minibatch layout) pairs compiled so far

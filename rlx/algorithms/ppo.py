@@ -120,8 +120,8 @@ class PPO(Algorithm):
         # compiles the whole minibatch update as one program where it can (FusedUpdate),
         # else the forward pass and losses; ``cudagraphs`` captures the update (compiled
         # or not) in a CUDA graph.
-        self.loss_fn = compiled(self.losses, dynamic=self.members.compile_dynamic) if config.compile else self.losses
-        self.kl_sum = compiled(self.kl_terms_sum, dynamic=None) if config.compile else self.kl_terms_sum
+        self.loss_fn = compiled(self.losses, device=self.device, dynamic=self.members.compile_dynamic) if config.compile else self.losses
+        self.kl_sum = compiled(self.kl_terms_sum, device=self.device, dynamic=None) if config.compile else self.kl_terms_sum
         #: Why ``compile`` does not fuse the whole update (``None``: it does, or no compile).
         self.fused_unsupported = fused_unsupported(self) if config.compile else None
         self.fused = FusedUpdate(self) if config.compile and self.fused_unsupported is None else None

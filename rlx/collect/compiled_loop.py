@@ -51,13 +51,13 @@ class CompiledTLoop:
         self.starts: list[Tensor] | None = None
         self.steps_per_program = 1
         if not isinstance(buf.get(OBS), Tensor):
-            self.program = compiled(self._write_step)
+            self.program = compiled(self._write_step, device=rollout.device)
             return
         K = self.steps_per_program = max(k for k in range(1, STEPS_PER_PROGRAM + 1) if T % k == 0)
         self.starts = [torch.tensor(t, device=rollout.device) for t in range(0, T, K)]
         keys = [OBS, ACTIONS, LOGP, VALUES, REWARDS, TERMINATED, TRUNCATED] + ([FINAL_OBS] if rollout.truncates else [])
         self._columns = {key: buf.get(key) for key in keys}
-        self.program = compiled(self.write_steps)
+        self.program = compiled(self.write_steps, device=rollout.device)
 
     def __call__(self, deterministic: bool) -> None:
         warm = deterministic in self._warm_modes

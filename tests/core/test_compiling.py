@@ -19,7 +19,7 @@ class Scaler:
 def test_every_compiled_method_has_a_cache_of_its_own() -> None:
     """Dynamo keeps its entries on the code object; eight instances of one method would
     spend its eight-entry limit, and the next would run eagerly. Each copy counts alone."""
-    fns = [compiled(Scaler(float(k)).apply) for k in range(12)]
+    fns = [compiled(Scaler(float(k)).apply, device="cpu") for k in range(12)]
     codes = {fn._torchdynamo_orig_callable.__func__.__code__ for fn in fns}
     assert len(codes) == 12
     x = torch.arange(4.0)
@@ -30,7 +30,7 @@ def test_every_compiled_method_has_a_cache_of_its_own() -> None:
 
 
 def test_a_warm_call_with_inputs_never_seen_compiles_them_instead_of_failing() -> None:
-    fn = compiled(Scaler(2.0).apply)
+    fn = compiled(Scaler(2.0).apply, device="cpu")
     x = torch.arange(4.0)
     call_warm(fn, x, warm=False)  # compiled for [4]
     torch.testing.assert_close(call_warm(fn, x), x * 2 + 1)  # guards skipped
