@@ -48,11 +48,25 @@ _copies = itertools.count()
 
 def _own_code(fn: Any) -> Any:
     """``fn`` (a function or bound method) over a copy of its code object: the same
-    behaviour, a dynamo cache of its own."""
+    behaviour, a dynamo cache of its own.
+
+    A function wrapped by a decorator (``@torch.no_grad()``: its code is torch's
+    ``decorate_context``, which dynamo does not trace as a frame of its own) or any other
+    callable is called from a copy of a one-line trampoline instead: dynamo would
+    otherwise wrap it in its one shared ``inner`` frame, whose eight entries every such
+    function in the process shares."""
     func = getattr(fn, "__func__", fn)
-    if not isinstance(func, types.FunctionType):
-        return fn
     n = next(_copies)
+    if not isinstance(func, types.FunctionType) or hasattr(func, "__wrapped__"):
+        name = getattr(func, "__name__", type(func).__name__)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs)
+
+        code = call.__code__.replace(co_name=f"{name}_rlx{n}")
+        trampoline = types.FunctionType(code, call.__globals__, name, None, call.__closure__)
+        trampoline.__wrapped__ = fn  # type: ignore[attr-defined]
+        return trampoline
     code = func.__code__.replace(co_name=f"{func.__code__.co_name}_rlx{n}")
     copy = types.FunctionType(code, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
     copy.__kwdefaults__, copy.__qualname__, copy.__wrapped__ = func.__kwdefaults__, func.__qualname__, func  # type: ignore[attr-defined]

@@ -3,9 +3,19 @@ back to checking every guard instead of failing."""
 
 from __future__ import annotations
 
+import pytest
 import torch
+from torch._dynamo.utils import counters
 
+from rlx.core import compiling
 from rlx.core.compiling import call_warm, compiled
+
+
+@pytest.fixture(autouse=True)
+def python_wrapper(monkeypatch):
+    """These tests are about dynamo's caches: without the CPU's C++ wrapper, whose
+    compiling would take most of their time."""
+    monkeypatch.setattr(compiling, "CPU_INDUCTOR_OPTIONS", {})
 
 
 class Scaler:
@@ -13,6 +23,10 @@ class Scaler:
         self.factor = factor
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
+        return x * self.factor + 1
+
+    @torch.no_grad()
+    def apply_no_grad(self, x: torch.Tensor) -> torch.Tensor:
         return x * self.factor + 1
 
 
@@ -36,3 +50,17 @@ def test_a_warm_call_with_inputs_never_seen_compiles_them_instead_of_failing() -
     torch.testing.assert_close(call_warm(fn, x), x * 2 + 1)  # guards skipped
     y = torch.arange(6.0).view(2, 3)  # a shape it was never compiled for: dynamo refuses under the stance...
     torch.testing.assert_close(call_warm(fn, y), y * 2 + 1)  # ...and the call is made again with every guard
+
+
+def test_decorated_methods_get_a_cache_of_their_own_too() -> None:
+    """A ``@torch.no_grad()`` method's code is torch's decorator, which dynamo runs in one
+    ``inner`` frame shared by every such function: the ninth instance compiled in a
+    process (the policy's ``act_step`` of the ninth algorithm) would run eagerly. Each gets
+    a trampoline of its own: twelve instances, twelve graphs, and no gradient."""
+    counters.clear()
+    x = torch.arange(4.0, requires_grad=True)
+    for k in range(12):
+        y = compiled(Scaler(float(k)).apply_no_grad, device="cpu")(x)
+        torch.testing.assert_close(y, x.detach() * k + 1)
+        assert not y.requires_grad
+    assert counters["stats"]["unique_graphs"] == 12
