@@ -52,8 +52,6 @@ def fused_unsupported(algo: PPO) -> str | None:
         return "enable_amp with float16 (its GradScaler; bf16 autocast is fused)"
     if cfg.accumulate_grads:
         return "accumulate_grads"
-    if algo.kl_stop is not None:
-        return "the KL early stop (target_kl_div without kl_adaptive_lr)"
     if algo.world_size > 1:
         return "torch.distributed"
     if algo.policy.recurrent:
@@ -121,6 +119,14 @@ class FusedUpdate:
             self.kl_index, self.target_kl = algo._kl_index, float(cfg.target_kl_div)
             self.lr_bounds = tuple(float(b) for b in cfg.kl_adaptive_lr_bounds)
             self.lr_base, self.lr_applied = algo._lr_tensor, algo._lr_applied
+        # The KL early stop (rlx.algorithms.kl_control): the program judges each step on
+        # its minibatch's KL, as KLEarlyStop.gate does, and applies the gate to a single
+        # run's LR (base times gate) or to each member's step factor.
+        self.kl_stop = algo.kl_stop
+        if self.kl_stop is not None:
+            self.kl_index = algo._kl_index
+            if self.S == 1:
+                self.lr_base, self.lr_applied = algo._lr_tensor, algo._lr_applied
         # Indices of the parameters clipped together: all, or the actor's and the critic's.
         index = {id(p): i for i, p in enumerate(self.params)}
         groups = algo.clip_groups or [self.params]
@@ -210,7 +216,8 @@ class FusedUpdate:
         """The update program's arguments before the minibatch: the parameters, the
         optimizer's state, the LR and the members' flags."""
         lr = self.optimizer.param_groups[0]["lr"]
-        if self.per_minibatch:
+        stop = self.kl_stop
+        if self.per_minibatch or (stop is not None and self.S == 1):
             lr, applied = self.lr_base, self.lr_applied
         else:
             if isinstance(lr, Tensor):
@@ -220,7 +227,9 @@ class FusedUpdate:
             lr, applied = self.lr, None
         steps, exp_avgs, exp_avg_sqs = self._state()
         members = self.members
-        return self.params, steps, exp_avgs, exp_avg_sqs, lr, applied, members.alive, members.done, members.lr_factor
+        gate = None if stop is None else (stop.open, stop.applied, stop.running, stop.limit)
+        return (self.params, steps, exp_avgs, exp_avg_sqs, lr, applied, members.alive, members.done, members.lr_factor,
+                gate)
 
     def _gradient(self, params: list[Tensor], mb: Batch) -> tuple[list[Tensor], Tensor]:
         """The gradient of the summed ``losses.total`` on ``mb`` and the stacked loss terms."""
@@ -241,19 +250,30 @@ class FusedUpdate:
 
     def _update(self, params: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
                 exp_avg_sqs: list[Tensor], lr: Tensor, lr_applied: Tensor | None, alive: Tensor, done: Tensor,
-                lr_factor: Tensor, mb: Batch, carry: tuple[list[Tensor], Tensor] | None,
+                lr_factor: Tensor, kl_gate: tuple | None, mb: Batch, carry: tuple[list[Tensor], Tensor] | None,
                 share: Tensor | None) -> Tensor:
         grads, terms = self._gradient(params, mb)
         if carry is not None:  # the last micro-batch: the earlier ones' share is in the carry
             assert share is not None
             grads = [g + share * part for g, part in zip(carry[0], grads)]
             terms = carry[1] + share * terms
-        if lr_applied is not None:  # the per-minibatch adaptive rule, before this step
+        gate = running = None
+        if kl_gate is not None:  # KLEarlyStop.gate on this minibatch's KL, before its step
+            is_open, applied, running, limit = kl_gate
             with torch.no_grad():
-                adapt_lr_(lr, terms[self.kl_index], self.target_kl, self.lr_bounds)
-                lr_applied.copy_(lr)
+                is_open.mul_(terms[self.kl_index] <= limit)
+                applied.add_(is_open * ((alive & ~done).float() if self.S > 1 else 1.0))
+            gate = is_open
+        if lr_applied is not None:
+            with torch.no_grad():
+                if gate is not None:  # a single run's gated LR: base times gate
+                    torch.mul(lr, gate, out=lr_applied)
+                else:  # the per-minibatch adaptive rule, before this step
+                    adapt_lr_(lr, terms[self.kl_index], self.target_kl, self.lr_bounds)
+                    lr_applied.copy_(lr)
+                lr = lr_applied
         if self.S > 1:
-            self._members_step(params, grads, steps, exp_avgs, exp_avg_sqs, lr, alive, done, lr_factor)
+            self._members_step(params, grads, steps, exp_avgs, exp_avg_sqs, lr, alive, done, lr_factor, gate, running)
             return terms
         if self.max_grad_norm is not None:
             for group in self.clip_groups:  # torch's clip_grad_norm_ rule, per group
@@ -275,9 +295,12 @@ class FusedUpdate:
         return terms
 
     def _members_step(self, params: list[Tensor], grads: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
-                      exp_avg_sqs: list[Tensor], lr: Tensor, alive: Tensor, done: Tensor, lr_factor: Tensor) -> None:
+                      exp_avg_sqs: list[Tensor], lr: Tensor, alive: Tensor, done: Tensor, lr_factor: Tensor,
+                      gate: Tensor | None = None, running: Tensor | None = None) -> None:
         """Each member's clip, its freeze on a non-finite gradient and SeedAdam's step
-        (``Members.optimizer_step`` without a KL gate), on stacked ``[S, ...]`` tensors."""
+        (``Members.optimizer_step``), on stacked ``[S, ...]`` tensors; with the KL early
+        stop, a closed member (``gate``) does not move, and one not ``running`` since its
+        epoch began keeps its optimizer state too."""
         S = self.S
         max_norm = self.hparams.get("max_grad_norm")
         if max_norm is not None:
@@ -293,7 +316,8 @@ class FusedUpdate:
             norm = grad_norms_per_seed(grads, S)
         alive.copy_(alive & torch.isfinite(norm))  # a member whose gradient is not finite freezes
         active = (alive & ~done).float()
+        factor = active * lr_factor if gate is None else active * lr_factor * gate
+        update = active if running is None else active * running
         with torch.no_grad():
             seed_adam_(params, grads, steps, exp_avgs, exp_avg_sqs, None, lr=lr, betas=(self.beta1, self.beta2),
-                       eps=self.eps, weight_decay=self.decay, decoupled=True, update=active > 0,
-                       factor=active * lr_factor)
+                       eps=self.eps, weight_decay=self.decay, decoupled=True, update=update > 0, factor=factor)

@@ -52,6 +52,15 @@ CASES = {
     "micro_batches_symmetry": (AlgorithmConfig, "windy", dict(
         obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]}, symmetry_fn=windy_mirror,
         symmetry_augment=True, mirror_loss_coeff=0.5, micro_batch_size=48)),
+    # The KL early stop judged inside the program: a single run's gated LR, members' gates.
+    # (Small targets rather than large LRs trigger it: Adam's first step at lr 3e-3 moves
+    # near-zero gradient entries by 3% of lr on rounding alone, with or without the stop.)
+    "kl_early_stop": (AlgorithmConfig, CartPole, dict(target_kl_div=3e-4, num_sgd_iters=6)),
+    "kl_early_stop_adamw_micro_batches": (AlgorithmConfig, Pendulum, dict(
+        target_kl_div=1e-3, num_sgd_iters=6, micro_batch_size=48, optimizer_cls=torch.optim.AdamW,
+        optimizer_config={"lr": 1e-3, "weight_decay": 0.01})),
+    "seeds_kl_early_stop": (AlgorithmConfig, CartPole, dict(num_seeds=3, num_sgd_iters=6, target_kl_div=1e-3,
+                                                            member_hparams={"target_kl_div": [1e-4, 3e-4, 1.0]})),
     "seeds": (AlgorithmConfig, CartPole, dict(num_seeds=3)),
     "seeds_hparams_per_network": (AlgorithmConfig, Pendulum, dict(
         num_seeds=3, clip_grad_per_network=True, normalize_obs=True, entropy_coeff=0.01,
@@ -121,7 +130,35 @@ def test_fused_update_equals_the_eager_update_on_the_same_data(name: str) -> Non
                 continue
             assert stats[1][key] == pytest.approx(stats[0][key], rel=tol, abs=1e-6), key
         assert stats[1]["monitors/lr"] == stats[0]["monitors/lr"]
+        for key in [k for k in stats[0] if k.endswith(("monitors/optimizer_steps", "monitors/sgd_epochs"))]:
+            assert stats[1][key] == stats[0][key], key  # the early stop decided alike
     assert (fused.fused._carry is not None) == ("micro_batch_size" in CASES[name][2])  # micro-batches ran
+
+
+@pytest.mark.parametrize("name", ["kl_early_stop", "kl_early_stop_adamw_micro_batches", "seeds_kl_early_stop"])
+def test_the_fused_kl_early_stop_stops_where_the_eager_one_does(name: str) -> None:
+    """The program judges each step on its minibatch's KL: the stop triggers within the
+    first step() (fewer optimizer steps than epochs x minibatches, fewer epochs), on the
+    same step as the eager update, and a closed run's parameters stop moving. Members
+    stop each on its own target; the one whose target is never reached runs every step."""
+    eager, fused = _pair(name)
+    fused.load_state_dict(eager.state_dict())
+    stats = []
+    for algo in (eager, fused):
+        torch.manual_seed(7)
+        algo.collect()
+        stats.append(algo.step())
+    cfg = eager.config
+    most = cfg.num_sgd_iters * (cfg.num_envs * cfg.horizon // cfg.sgd_minibatch_size)
+    prefixes = [f"seed{i}/" for i in range(cfg.num_seeds)] if cfg.num_seeds > 1 else [""]
+    steps = [stats[1][f"{p}monitors/optimizer_steps"] for p in prefixes]
+    assert steps == [stats[0][f"{p}monitors/optimizer_steps"] for p in prefixes]
+    assert min(steps) < most
+    if cfg.num_seeds > 1:
+        assert steps[-1] == most and len(set(steps)) > 1
+    else:
+        assert stats[1]["monitors/sgd_epochs"] == stats[0]["monitors/sgd_epochs"] < cfg.num_sgd_iters
+    _close(eager, fused)
 
 
 def test_fused_update_checkpoints_like_the_eager_one() -> None:
@@ -142,11 +179,11 @@ def test_compile_fuses_the_update_where_it_can_and_says_why_not() -> None:
     fused = AlgorithmConfig(**BASE, compile=True).build(CartPole)
     assert isinstance(fused.update, FusedUpdate) and fused.fused_unsupported is None
     stopped = AlgorithmConfig(**BASE, compile=True, target_kl_div=0.01).build(CartPole)
-    assert stopped.update == stopped.minibatch_update and "KL early stop" in stopped.fused_unsupported
-    seeds = AlgorithmConfig(**BASE, compile=True, num_seeds=2).build(CartPole)
+    assert isinstance(stopped.update, FusedUpdate) and stopped.fused_unsupported is None
+    seeds = AlgorithmConfig(**BASE, compile=True, num_seeds=2, target_kl_div=0.01).build(CartPole)
     assert isinstance(seeds.update, FusedUpdate) and seeds.fused_unsupported is None
-    stopped_seeds = AlgorithmConfig(**BASE, compile=True, num_seeds=2, target_kl_div=0.01).build(CartPole)
-    assert "KL early stop" in stopped_seeds.fused_unsupported
+    accumulated = AlgorithmConfig(**BASE, compile=True, accumulate_grads=True).build(CartPole)
+    assert accumulated.update == accumulated.minibatch_update and "accumulate_grads" in accumulated.fused_unsupported
     sgd = AlgorithmConfig(**BASE, compile=True, optimizer_cls=torch.optim.SGD, optimizer_config={"lr": 0.1}).build(CartPole)
     assert "SGD" in sgd.fused_unsupported
 
@@ -155,7 +192,8 @@ GROUPS = {"obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]}, "
 
 
 COMPILED = {"one": (CartPole, {}), "members": (CartPole, {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}}),
-            "micro_batches": (CartPole, {"micro_batch_size": 48}), "obs_groups": ("windy", GROUPS), "symmetry": ("windy", CASES["symmetry"][2]), "rnd": (Pendulum, CASES["rnd"][2])}
+            "micro_batches": (CartPole, {"micro_batch_size": 48}),
+            "kl_early_stop": (CartPole, CASES["kl_early_stop"][2]), "seeds_kl_early_stop": (CartPole, CASES["seeds_kl_early_stop"][2]), "obs_groups": ("windy", GROUPS), "symmetry": ("windy", CASES["symmetry"][2]), "rnd": (Pendulum, CASES["rnd"][2])}
 
 
 @pytest.mark.parametrize("name", list(COMPILED))
@@ -180,11 +218,11 @@ def test_the_compiled_program_equals_the_uncompiled_one(name: str) -> None:
 
 
 def test_the_loss_only_compile_takes_observation_groups_too() -> None:
-    """Where the update is not fused (the KL early stop), the compiled forward pass and
+    """Where the update is not fused (Adam with amsgrad), the compiled forward pass and
     losses read a TensorDict of groups as the eager ones do."""
-    config = {**BASE, **GROUPS, "target_kl_div": 0.01}
+    config = {**BASE, **GROUPS, "optimizer_config": {"lr": 1e-3, "amsgrad": True}}
     eager, compiled = (AlgorithmConfig(**config, compile=flag).build(_windy()) for flag in (False, True))
-    assert compiled.fused is None and "KL early stop" in compiled.fused_unsupported
+    assert compiled.fused is None and "amsgrad" in compiled.fused_unsupported
     # Collect eagerly in both (the compiled act function samples with inductor's RNG).
     compiled.rollout.act_fn, compiled.rollout.value_fn = compiled.policy.act_step, compiled.policy.value_step
     stats = []
