@@ -255,10 +255,12 @@ ROOT = Path(__file__).resolve().parents[1]
         ("ppo", {"sgd_minibatch_size": 1024, "kl_adaptive_lr": True, "target_kl_div": 0.01, "enable_amp": True}),
         ("ppo", {"sgd_minibatch_size": 512, "cudagraphs": True, "target_kl_div": 0.02}),
         ("ppo", {"sgd_minibatch_size": 512, "compile": True, "normalize_obs": True}),
+        ("ppo", {"sgd_minibatch_size": 512, "compile": True, "target_kl_div": 0.02}),  # the stop in the fused program
         ("npg", {"line_search": True, "normalize_obs": True}),
         ("recurrent", {"seq_len": 8, "sgd_minibatch_size": 1024}),
     ],
-    ids=["ppo-kl-stop", "ppo-adaptive-lr-bf16", "ppo-cudagraphs", "ppo-compile", "trpo", "recurrent-ppo"],
+    ids=["ppo-kl-stop", "ppo-adaptive-lr-bf16", "ppo-cudagraphs", "ppo-compile", "ppo-compile-kl-stop", "trpo",
+         "recurrent-ppo"],
 )
 def test_seeds_collect_and_step_do_not_sync_on_cuda(config_name: str, extra: dict) -> None:
     from rlx import NPGConfig, RecurrentAlgorithmConfig
