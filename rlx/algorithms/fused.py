@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torch.func import functional_call, grad_and_value
 
-from rlx.algorithms.kl_control import adapt_lr_
+from rlx.algorithms.kl_control import adapt_lr_, close_gate_
 from rlx.algorithms.minibatches import passes
 from rlx.core.compiling import call_warm
 from rlx.core.compiling import compiled as compile_fn
@@ -261,9 +261,8 @@ class FusedUpdate:
         if kl_gate is not None:  # KLEarlyStop.gate on this minibatch's KL, before its step
             is_open, applied, running, limit = kl_gate
             with torch.no_grad():
-                is_open.mul_(terms[self.kl_index] <= limit)
-                applied.add_(is_open * ((alive & ~done).float() if self.S > 1 else 1.0))
-            gate = is_open
+                active = (alive & ~done).float() if self.S > 1 else 1.0  # Members.active(), before this step's freeze
+                gate = close_gate_(is_open, applied, terms[self.kl_index], limit, active)
         if lr_applied is not None:
             with torch.no_grad():
                 if gate is not None:  # a single run's gated LR: base times gate

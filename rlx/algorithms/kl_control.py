@@ -30,7 +30,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
-__all__ = ["EARLY_STOP_FACTOR", "KLEarlyStop", "adapted_lr"]
+__all__ = ["EARLY_STOP_FACTOR", "KLEarlyStop", "adapted_lr", "close_gate_"]
 
 #: A judged KL above this many times the target stops the update (early stop).
 EARLY_STOP_FACTOR = 1.5
@@ -77,18 +77,25 @@ class KLEarlyStop:
         """Start an epoch; returns :attr:`running` (in place: a captured update reads it)."""
         return self.running.copy_(self.open)
 
-    def gate(self, kl: Tensor, active: Tensor) -> Tensor:
+    def gate(self, kl: Tensor, active: Tensor | float) -> Tensor:
         """Judge the optimizer step about to run on its KL: closes :attr:`open` from the
         first step judged above the limit on, and counts the steps that apply (of the
         ``active`` members: a frozen one's steps move nothing). Returns :attr:`open`."""
-        self.open.mul_(kl <= self.limit)
-        self.applied.add_(self.open * active)
-        return self.open
+        return close_gate_(self.open, self.applied, kl, self.limit, active)
 
     def stopped(self, active: Tensor) -> Tensor:
         """``[]`` bool: the stop triggered in this ``step()`` for every member still
         ``active`` (a frozen member's KL stays 0 and would never stop the update)."""
         return ((self.open == 0) | (active == 0)).all()
+
+
+def close_gate_(is_open: Tensor, applied: Tensor, kl: Tensor, limit: float | Tensor, active: Tensor | float) -> Tensor:
+    """:meth:`KLEarlyStop.gate` on its tensors, in place (what the fused update's program
+    runs on them as its inputs): ``is_open`` closes where ``kl`` exceeds ``limit`` and
+    stays closed; ``applied`` counts the steps still open of the ``active`` members."""
+    is_open.mul_(kl <= limit)
+    applied.add_(is_open * active)
+    return is_open
 
 
 def adapted_lr(lr: float, kl: float, target: float, bounds: tuple[float, float]) -> float:
