@@ -6,9 +6,9 @@
   share of a compiled update on a CPU.
 * ``cpp_wrapper`` on a CPU: the compiled program's wrapper (the code that allocates its
   buffers and calls its kernels and matmuls) is C++ rather than Python. At B = 64 with
-  PPO's 16 small minibatch updates (one thread) that took collect from 4.3-4.4 to 3.7-3.8
-  ms and ``step()`` from 14.6-14.7 to 13.7-14.0 ms (6-10% more env steps/s; 1-2% at
-  B = 1024); it adds about 5 s to a first compile (28.7 to 33.8 s
+  PPO's 16 small minibatch updates (one thread) it gave 6-7.5% more env steps/s, 1% at
+  B = 1024 (``benchmarks/experiments/cpp_wrapper.py``); it adds about 5 s to a first
+  compile (28.7 to 33.8 s
   for ``configs/cartpole_ppo.yaml`` with ``compile``, an empty cache) and nothing once
   the programs are in inductor's cache. CUDA programs keep the Python wrapper.
 * Each :func:`compiled` function gets its own dynamo cache. Dynamo keeps its compiled
