@@ -77,7 +77,7 @@ class KLEarlyStop:
         """Start an epoch; returns :attr:`running` (in place: a captured update reads it)."""
         return self.running.copy_(self.open)
 
-    def gate(self, kl: Tensor, active: Tensor | float) -> Tensor:
+    def gate(self, kl: Tensor, active: Tensor) -> Tensor:
         """Judge the optimizer step about to run on its KL: closes :attr:`open` from the
         first step judged above the limit on, and counts the steps that apply (of the
         ``active`` members: a frozen one's steps move nothing). Returns :attr:`open`."""
