@@ -1,10 +1,13 @@
-"""Members of a population trained as one batch: seeds today, differing hyperparameters next.
+"""Members of a population trained as one batch: seeds, a sweep's points, a PBT population.
 
 * :mod:`rlx.members.axis`: :class:`Members`, the member axis every algorithm owns (S = 1
   included);
 * :mod:`rlx.members.ops`: the per-member pieces of an update over seed-major rows;
 * :mod:`rlx.members.optim`: optimizer state kept apart per member (:class:`SeedAdam`);
-* :mod:`rlx.members.stacked`: S networks evaluated as one batched matmul per layer.
+* :mod:`rlx.members.stacked`: S networks evaluated as one batched matmul per layer;
+* :mod:`rlx.members.hparams`: hyperparameters that differ between members, ``[S]`` on
+  the device;
+* :mod:`rlx.members.pbt`: population-based training over the members.
 """
 
 from __future__ import annotations
