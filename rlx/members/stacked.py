@@ -168,12 +168,13 @@ class StackedMLPActorCritic(_Stacked, MLPActorCritic):
         what ``rlx eval`` / ``rlx export --seed i`` would run)."""
         if not 0 <= i < self.num_seeds:
             raise IndexError(f"StackedMLPActorCritic.unstack: seed {i} is not in [0, {self.num_seeds})")
-        model = copy.deepcopy(self._template)
+        first = next(self.parameters())
+        model = copy.deepcopy(self._template).to(first.dtype)  # a float64 stack unstacks to float64
         for single, stacked in ((model.actor, self.actor), (model.critic, self.critic)):
             _copy_linears(single, stacked, i)
         if self.log_std is not None:
             model.log_std.copy_(self.log_std[i])
-        return model.to(self.log_std.device if self.log_std is not None else next(self.parameters()).device)
+        return model.to(first.device)
 
 
 class _SeedRows(nn.Module):
@@ -296,7 +297,7 @@ class StackedRecurrentActorCritic(_Stacked, RecurrentActorCritic):
         """Seed ``i``'s agent as a single-seed :class:`~rlx.models.RecurrentActorCritic` (a copy)."""
         if not 0 <= i < self.num_seeds:
             raise IndexError(f"StackedRecurrentActorCritic.unstack: seed {i} is not in [0, {self.num_seeds})")
-        model = copy.deepcopy(self._template)
+        model = copy.deepcopy(self._template).to(next(self.parameters()).dtype)
         pairs = [(model.encoder, self.encoder.module), (nn.Sequential(model.actor), nn.Sequential(self.actor.module)),
                  (nn.Sequential(model.critic), nn.Sequential(self.critic.module))]
         cells = [(model.cells, self.cells)]

@@ -55,14 +55,19 @@ def _collect_and_feed(multi, singles: list) -> None:
 
 
 def _side_by_side(config_cls, env_cls, extra: dict, S: int = 3, rtol: float = 1e-5, atol: float = 1e-6,
-                  ) -> tuple[dict, list[dict]]:
+                  float64: bool = False) -> tuple[dict, list[dict]]:
     """One step() of an S-seed run and of S single-seed runs fed its seeds' parameters and
-    rollouts; checks the parameters agree and returns the step statistics of both."""
+    rollouts; checks the parameters agree and returns the step statistics of both.
+    ``float64``: every model computes in float64 (a reference run of the same code)."""
     multi = config_cls(**_config(num_seeds=S, **extra)).build(env_cls)
+    if float64:
+        multi.policy.double()
     multi.collect()
     singles = []
     for i in range(S):
         single = config_cls(**_config(**extra)).build(env_cls)
+        if float64:
+            single.policy.double()
         single.collect()
         _feed_seed(multi, single, i)
         singles.append(single)
@@ -224,10 +229,12 @@ def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
 
 # -- NPG and TRPO -------------------------------------------------------------------------
 
-# The natural step's conjugate gradient amplifies float32 rounding (10 iterations on a
-# badly conditioned Fisher): the batched and the single solves agree to ~1e-4 of a step
-# (the float64 pieces agree to 1e-10 in tests/members/test_seeds.py).
-NPG_TOL = {"rtol": 1e-3, "atol": 2e-4}
+# The natural step compared in float64 with conjugate gradient run to convergence (why:
+# tests/members/test_member_hparams.py, NPG_FLOAT64). Converged, each solve is as well
+# conditioned as F + λI (κ <= 5 / 0.1 = 50 at the default damping), so the batched and the
+# single float64 solves agree to about κ·n·u = 50 · 128 · 2^-53 ≈ 7e-13 of a step: 1e-9
+# relative leaves room for the forty iterations' rounding.
+NPG_FLOAT64 = {"cg_iters": 40, "cg_residual_tol": 0.0}
 
 
 @pytest.mark.parametrize(
@@ -241,11 +248,12 @@ NPG_TOL = {"rtol": 1e-3, "atol": 2e-4}
     ids=["npg", "obs-normalization-clip", "fixed-step", "trpo-backtracking"],
 )
 def test_each_npg_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: dict) -> None:
-    extra = {"fvp_subsample": 1.0, "optim_critic_iters": 2, **extra}
-    out, ones = _side_by_side(NPGConfig, env_cls, extra, **NPG_TOL)
+    extra = {"fvp_subsample": 1.0, "optim_critic_iters": 2, **NPG_FLOAT64, **extra}
+    out, ones = _side_by_side(NPGConfig, env_cls, extra, rtol=1e-9, atol=1e-11, float64=True)
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "monitors/kl_div", "npg/step_size", "npg/surrogate_gain"):
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=2e-3, abs_tol=1e-5), key
+            # float32 statistics of equal float64 values: at most one float32 ulp apart
+            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=2**-22), key
         assert out[f"seed{i}/npg/line_search_backtracks"] == one["npg/line_search_backtracks"]
     if extra.get("line_search"):  # each seed backtracked to its own KL
         backtracks = {one["npg/line_search_backtracks"] for one in ones}
