@@ -91,7 +91,12 @@ PPO_CASES = {
 @pytest.mark.parametrize("case", list(PPO_CASES))
 def test_each_ppo_member_updates_as_a_single_run_with_its_hyperparameters(case: str) -> None:
     env_cls, extra, hparams = PPO_CASES[case]
-    out, ones = _side_by_side(AlgorithmConfig, env_cls, extra, hparams, steps=2)
+    # In float64, so that the clip and the KL stop judge values a rounding cannot flip. SGD's
+    # step is linear in the gradient: the float64 sums differ by n·2^-53·Σ|terms| ≈ 7e-14
+    # a step; the members' float32 LR factors (0.01 = 0.2 x 0.05, 0.2 off by up to 2^-24)
+    # move each step of <= 1e-2 by 6e-10 more, 2e-8 over two step()s of 16 steps: atol
+    # 1e-6 (measured 2e-9).
+    out, ones = _side_by_side(AlgorithmConfig, env_cls, extra, hparams, steps=2, rtol=1e-9, atol=1e-6, float64=True)
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "losses/entropy", "monitors/kl_div", "monitors/clip_fraction"):
             assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), (key, i)
@@ -125,11 +130,14 @@ def test_each_members_kl_adaptive_lr_follows_its_own_target() -> None:
 
 
 def test_adam_members_with_differing_lrs_track_their_single_runs() -> None:
-    """Adam's own kernel per single run against SeedAdam's per-member LR (``lr * factor``):
-    equal to rounding at the first steps, which Adam turns into lr-sized moves at most."""
+    """Adam's own kernel per single run against SeedAdam's per-member LR (``lr * factor``),
+    in float64: Adam divides a gradient entry by its RMS + eps (1e-8), so the sums'
+    rounding δ <= 64 · 2^-53 · 10 ≈ 7e-14 moves an entry by at most lr·δ/eps = 7e-6·lr a
+    step, 32 steps x 7e-6 x 3e-3 ≈ 7e-7 in all (in float32 that amplification reaches
+    lr-sized moves)."""
     extra = {"optimizer_cls": torch.optim.Adam, "sgd_minibatch_size": 64, "shuffle_minibatches": False}
     hparams = {"lr": [1e-4, 1e-3, 3e-3]}
-    _side_by_side(AlgorithmConfig, Pendulum, extra, hparams, steps=2, rtol=1e-4, atol=1e-5)
+    _side_by_side(AlgorithmConfig, Pendulum, extra, hparams, steps=2, rtol=1e-9, atol=1e-6, float64=True)
 
 
 def test_each_a2c_member_updates_as_a_single_run_with_its_hyperparameters() -> None:
