@@ -265,8 +265,11 @@ def test_the_per_minibatch_rule_sets_each_steps_lr_from_that_minibatchs_kl(env_n
         for kl in kls:  # rsl_rl's rule: raise only on a positive KL
             lr = adapted_lr(lr, kl, target, bounds) if (kl > 2 * target or 0.0 < kl < 0.5 * target) else lr
             expected.append(lr)
-        assert lrs == pytest.approx(expected, rel=1e-6)
-        assert stats["monitors/lr"] == pytest.approx(expected[-1], rel=1e-6) and algo.lr == pytest.approx(expected[-1], rel=1e-6)
+        # The LR tensor is float32: each of its n = 24 adaptations rounds once (IEEE-exact on
+        # every device), so it is within (n + 1)·2^-24 of the float64 replay.
+        rel = (len(kls) + 1) * 2**-24
+        assert lrs == pytest.approx(expected, rel=rel)
+        assert stats["monitors/lr"] == pytest.approx(expected[-1], rel=rel) and algo.lr == pytest.approx(expected[-1], rel=rel)
         assert len(set(round(x, 9) for x in lrs)) > 1  # it did move within the update
 
 
