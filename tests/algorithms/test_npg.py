@@ -201,7 +201,8 @@ def test_micro_batched_npg_steps_like_the_whole_pass_one() -> None:
             assert_close(b, a, rtol=1e-9, atol=1e-3 * lr)
         for key in ("losses/policy", "monitors/kl_div", "npg/step_size"):  # float32 copies of float64 values
             assert stats[1][key] == pytest.approx(stats[0][key], rel=2**-22, abs=1e-12), key
-        assert stats[1]["losses/vf"] == pytest.approx(stats[0]["losses/vf"], rel=1e-6)  # after the critic's Adam
+        # the critic's loss: a float32 mean of 256 rows in passes or whole (n·2^-24 ≈ 1.5e-5 at most)
+        assert stats[1]["losses/vf"] == pytest.approx(stats[0]["losses/vf"], rel=2e-5)
 
 
 def _windy_reach():
@@ -260,7 +261,10 @@ def test_the_compiled_natural_step_equals_the_eager_one(env: str, extra: dict) -
     for algo in (eager, program):
         torch.manual_seed(7)  # the same shuffles
         losses.append(algo._fit_critic(samples.obs_normalized, returns))
-    assert_close(losses[1], losses[0], rtol=1e-9, atol=1e-11)
+    # The critic's loss is a float32 mean (values.float(), as under AMP) of <= 256 rows: two
+    # summation orders differ by at most 256 · 2^-24 ≈ 1.5e-5 of it (measured 9e-8). Its
+    # gradient is elementwise before the float64 network, so the steps stay float64's.
+    assert_close(losses[1], losses[0], rtol=2e-5, atol=0.0)
     # Adam divides a gradient entry by sqrt(v) + 1e-8: an entry's rounding δ (<= n·u·Σ|terms|
     # <= 256 · 2^-53 · 10 ≈ 3e-13 here) moves its step by up to lr·δ/1e-8 ≈ 3e-5·lr.
     lr = eager.config.optimizer_kwargs["lr"]

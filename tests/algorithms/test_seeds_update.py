@@ -252,8 +252,9 @@ def test_each_npg_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: 
     out, ones = _side_by_side(NPGConfig, env_cls, extra, rtol=1e-9, atol=1e-11, float64=True)
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "monitors/kl_div", "npg/step_size", "npg/surrogate_gain"):
-            # float32 statistics of equal float64 values: at most one float32 ulp apart
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=2**-22), key
+            # float32 statistics of equal float64 values: at most one float32 ulp apart (the
+            # critic's loss, a float32 mean of 128 rows: n·2^-24 ≈ 7.6e-6 at most)
+            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-5 if key == "losses/vf" else 2**-22), key
         assert out[f"seed{i}/npg/line_search_backtracks"] == one["npg/line_search_backtracks"]
     if extra.get("line_search"):  # each seed backtracked to its own KL
         backtracks = {one["npg/line_search_backtracks"] for one in ones}

@@ -183,8 +183,9 @@ def test_each_npg_member_updates_as_a_single_run_with_its_hyperparameters(line_s
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "monitors/kl_div", "npg/step_size"):
             # the statistics leave the device as float32: equal float64 values round alike
-            # but for one float32 ulp (2^-23 relative) where they straddle a rounding edge
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=2**-22), key
+            # but for one float32 ulp (2^-23 relative) where they straddle a rounding edge;
+            # the critic's loss is a float32 mean of 128 rows (n·2^-24 ≈ 7.6e-6 apart at most)
+            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-5 if key == "losses/vf" else 2**-22), key
     if line_search:  # each member within its own trust region
         for i in range(S):
             assert out[f"seed{i}/monitors/kl_div"] <= hparams["max_kl"][i] * 1.5
