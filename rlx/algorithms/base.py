@@ -242,8 +242,9 @@ class Algorithm(MemberValues, ABC):
 
     @property
     def lr(self) -> float:
-        """The current learning rate."""
+        """The current learning rate (also as ``learning_rate``, rsl_rl's name)."""
         return self._lr_value
+    learning_rate = lr
 
     @property
     def buffer(self) -> TensorDict | None:

@@ -69,6 +69,28 @@ class OnPolicyRunner:
         self.save_interval = int(self.cfg.get("save_interval", 50))
         self.current_learning_iteration = 0
         self._writer = self._wandb = None
+        #: Files whose git repositories' state the first logged iteration records (rsl_rl's
+        #: ``git_status_repos``; rlx's own first).
+        self.git_status_repos: list[str] = [__file__]
+        self._code_state_stored = False
+
+    @property
+    def is_distributed(self) -> bool:
+        """Whether the runner trains data-parallel under torchrun (rsl_rl's attribute)."""
+        return self.alg.world_size > 1
+
+    def add_git_repo_to_log(self, repo_file_path: str) -> None:
+        """Record the git state (status and diff) of the repository holding
+        ``repo_file_path`` in ``log_dir/git/`` when training starts, as rsl_rl does."""
+        self.git_status_repos.append(str(repo_file_path))
+
+    def _store_code_state(self) -> None:
+        """``log_dir/git/<repo>.diff`` for each recorded repository, once (rank 0)."""
+        if self._code_state_stored or self.log_dir is None or self.alg.rank != 0:
+            return
+        self._code_state_stored = True
+        for path in dict.fromkeys(self.git_status_repos):
+            _store_git_state(Path(path), self.log_dir / "git")
 
     def _open_logger(self) -> None:
         """The TensorBoard writer or W&B run (with :attr:`config`), once."""
@@ -94,6 +116,7 @@ class OnPolicyRunner:
                 adapter.randomize_episode_lengths_at_reset = True
             else:
                 adapter.randomize_episode_lengths()
+        self._store_code_state()
         end = self.current_learning_iteration + int(num_learning_iterations)
         while self.current_learning_iteration < end:
             start = time.perf_counter()
@@ -184,6 +207,29 @@ class OnPolicyRunner:
         module = _OneGroup(DeployedPolicy(policy, deterministic=True), keys[0])
         example = self.alg.policy.observation_spec[keys[0]].zero((2,)).cpu()  # SYNC: export
         torch.jit.trace(module, (example,), check_trace=False).save(str(out))
+
+
+def _store_git_state(path: Path, out_dir: Path) -> None:
+    """Write ``git status`` and ``git diff`` of the repository holding ``path`` to
+    ``out_dir/<repository name>.diff``; a path outside any repository (or no git) writes
+    nothing."""
+    import subprocess
+
+    folder = path if path.is_dir() else path.parent
+    def git(*args: str) -> str | None:
+        try:
+            proc = subprocess.run(["git", "-C", str(folder), *args], capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.SubprocessError):
+            return None
+        return proc.stdout if proc.returncode == 0 else None
+
+    root = git("rev-parse", "--show-toplevel")
+    if not root:
+        return
+    status, diff = git("status", "--short"), git("diff")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / f"{Path(root.strip()).name}.diff").write_text(
+        f"--- git status ---\n{status or ''}\n\n--- git diff ---\n{diff or ''}")
 
 
 def _wandb_run(cfg: dict[str, Any], log_dir: Path | None, config: Any) -> Any:

@@ -264,3 +264,22 @@ def test_init_at_random_ep_len_survives_the_reset_the_first_collect_opens_with()
     plain = _ResettingWindyReach(256, "cpu", seed=0)
     OnPolicyRunner(plain, CFG_5, log_dir=None, device="cpu").learn(1)
     assert torch.unique(plain.episode_length_buf).tolist() == [24]
+
+
+def test_the_rsl_rl_attributes_scripts_read_and_the_git_state_they_log(tmp_path: Path) -> None:
+    """Isaac Lab's train script calls ``runner.add_git_repo_to_log(__file__)`` before
+    ``learn``; scripts read ``is_distributed`` and ``alg.learning_rate``."""
+    runner = OnPolicyRunner(WindyReach(16, "cpu", seed=0), CFG_5, log_dir=str(tmp_path), device="cpu")
+    runner.add_git_repo_to_log(__file__)  # this test file: inside rlx's repository
+    outside = tmp_path / "not_a_repo"
+    outside.mkdir()
+    runner.add_git_repo_to_log(str(outside / "train.py"))  # outside any repository: nothing written
+    assert runner.is_distributed is False
+    assert runner.alg.learning_rate == runner.alg.lr == CFG_5["algorithm"]["learning_rate"]
+    runner.learn(1)
+    diffs = list((tmp_path / "git").glob("*.diff"))
+    if Path(__file__).resolve().parents[2].joinpath(".git").exists():
+        assert len(diffs) == 1  # rlx's file and this one share the repository
+        text = diffs[0].read_text()
+        assert "--- git status ---" in text and "--- git diff ---" in text
+
