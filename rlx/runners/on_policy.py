@@ -32,6 +32,7 @@ from torch import Tensor
 
 from rlx import __version__
 from rlx.config import ConfigError
+from rlx.core import distributed as rdist
 from rlx.envs.rsl_rl import RslRlVecEnv
 from rlx.run.checkpoint import load_checkpoint, save_checkpoint_atomic
 from rlx.core.yaml_types import config_to_dict
@@ -77,7 +78,7 @@ class OnPolicyRunner:
     @property
     def is_distributed(self) -> bool:
         """Whether the runner trains data-parallel under torchrun (rsl_rl's attribute)."""
-        return self.alg.world_size > 1
+        return rdist.world_size() > 1
 
     def add_git_repo_to_log(self, repo_file_path: str) -> None:
         """Record the git state (status and diff) of the repository holding
@@ -86,7 +87,7 @@ class OnPolicyRunner:
 
     def _store_code_state(self) -> None:
         """``log_dir/git/<repo>.diff`` for each recorded repository, once (rank 0)."""
-        if self._code_state_stored or self.log_dir is None or self.alg.rank != 0:
+        if self._code_state_stored or self.log_dir is None or rdist.rank() != 0:
             return
         self._code_state_stored = True
         for path in dict.fromkeys(self.git_status_repos):
