@@ -130,9 +130,10 @@ def _mlp(sizes: Sequence[int], activation: type[nn.Module], out_gain: float, *, 
     return nn.Sequential(*layers)
 
 
-def _in_dtype_of(net: nn.Sequential, features: Tensor) -> Tensor:
-    """``features`` for ``net``: flatten_obs gives float32, and a float64 model (a
-    reference run, as the tests' float64 equivalence checks build) computes in float64."""
+def as_model_dtype(net: nn.Sequential, features: Tensor) -> Tensor:
+    """``features`` for ``net`` (whose first layer has a ``weight``): flatten_obs gives
+    float32, and a float64 model (a reference run, as the tests' float64 equivalence
+    checks build) computes in float64."""
     return features.double() if net[0].weight.dtype == torch.float64 else features
 
 
@@ -184,13 +185,13 @@ class MLPActorCritic(nn.Module):
         )
 
     def _params(self, features: Tensor) -> Tensor:
-        head = self.actor(_in_dtype_of(self.actor, features))  # [N, S]
+        head = self.actor(as_model_dtype(self.actor, features))  # [N, S]
         if self.log_std is None:
             return head
         return torch.cat([head, self.log_std.to(head.dtype).expand(head.shape[0], -1)], dim=-1)
 
     def _value(self, features: Tensor) -> Tensor:
-        return self.critic(_in_dtype_of(self.critic, features))
+        return self.critic(as_model_dtype(self.critic, features))
 
     def forward(self, obs: Tensor | TensorDictBase) -> tuple[Tensor, Tensor]:
         """Map observations to ``(dist_params [N, S + I], values [N, 1])``."""

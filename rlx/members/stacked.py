@@ -23,7 +23,7 @@ import torch
 from torch import Tensor, nn
 from torchrl.data import TensorSpec
 
-from rlx.models import MLPActorCritic, RecurrentActorCritic
+from rlx.models import MLPActorCritic, RecurrentActorCritic, as_model_dtype
 
 __all__ = [
     "seed_rows",
@@ -147,10 +147,7 @@ class StackedMLPActorCritic(_Stacked, MLPActorCritic):
         object.__setattr__(self, "_template", first)
 
     def _rows(self, features: Tensor) -> Tensor:
-        # flatten_obs gives float32 features; a float64 stack (a reference run) computes in float64.
-        if self.actor[0].weight.dtype == torch.float64:
-            features = features.double()
-        return seed_rows(features, self.num_seeds)
+        return seed_rows(as_model_dtype(self.actor, features), self.num_seeds)
 
     def _params(self, features: Tensor) -> Tensor:
         x = self._rows(features)  # [S, n, F]
