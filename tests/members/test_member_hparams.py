@@ -161,10 +161,11 @@ def test_each_recurrent_member_updates_as_a_single_run_with_its_hyperparameters(
 
 # The natural step compared in float64, with conjugate gradient run to convergence. Ten
 # float32 iterations cannot be compared across two computations: on Pendulum the
-# Fisher has ~25 distinct eigenvalues above the damping's cluster, and by the ninth
+# Fisher has 34 eigenvalues above the damping's cluster of 320, and by the ninth
 # iteration CG's search direction has shrunk 1e5-fold (pᵀAp 1e-4 -> 1e-9), so each
 # iterate amplifies rounding ~100x: a 1e-15 relative change of g moves the tenth float64
-# iterate by 2e-5 (by hand, the dense A of member 0 here). The member and the single run
+# iterate by 5e-5 (benchmarks/experiments/cg_sensitivity.py, member 0's dense
+# F + λI). The member and the single run
 # then differed by 4e-4 in float32 on an Intel Xeon and by 6e-4 in float64 here, with g
 # and Fg equal to 1e-16. Converged, the solve is as well conditioned as F + λI:
 # κ = (λmax(F) + λ) / λ <= 5 / 0.01 = 500, so the two float64 solves agree to about
