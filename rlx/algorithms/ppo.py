@@ -255,7 +255,7 @@ class PPO(Algorithm):
                     losses = self.update(mb, weight=weight, step=k == num_minibatches - 1, kl_so_far=kl_so_far)
                     kl_so_far = kl_so_far + weight * losses[kl_index]
                 sums += losses * running
-                torch.where(running > 0, torch.maximum(kl_max, losses[kl_index].float()), kl_max, out=kl_max)  # float32 stats, any model dtype
+                torch.where(running > 0, torch.maximum(kl_max, losses[kl_index].to(kl_max.dtype)), kl_max, out=kl_max)  # a float32 statistic whatever the model dtype
             epochs_run += 1
             member_epochs += running
             if control is not None:
