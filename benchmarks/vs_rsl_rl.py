@@ -22,7 +22,7 @@ the wind). Training wall-clock excludes the evaluations. With the adaptive sched
 also runs with both of rsl_rl's rules (``clip_grad_per_network`` and
 ``kl_adaptive_lr_per_minibatch``, what :class:`rlx.runners.OnPolicyRunner` maps
 ``schedule: adaptive`` to), and ``rlx_rsl_rl_rules_compile`` runs them with ``compile=True``
-(the fused update: what the runner trains when ``torch_compile_mode`` is set; its first
+(the whole update compiled: what the runner trains when ``torch_compile_mode`` is set; its first
 iteration, compiling, counts in the wall-clock). Results: the score, the training
 wall-clock, per run and the median per setting, in ``benchmarks/results/vs_rsl_rl_<device>.jsonl``.
 """
@@ -129,7 +129,7 @@ def main() -> None:
              "rlx": lambda s, seed: run_rlx(args, s, seed, False),
              "rlx_per_network_clip": lambda s, seed: run_rlx(args, s, seed, True),
              "rlx_rsl_rl_rules": lambda s, seed: run_rlx(args, s, seed, True, True),
-             # What OnPolicyRunner trains with rsl_rl's torch_compile_mode set: the fused update.
+             # What OnPolicyRunner trains with rsl_rl's torch_compile_mode set: the update compiled whole.
              "rlx_rsl_rl_rules_compile": lambda s, seed: run_rlx(args, s, seed, True, s == "adaptive", True)}
     sides = {name: side for name, side in sides.items() if name in args.sides}
     rows = []

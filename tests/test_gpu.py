@@ -255,7 +255,7 @@ ROOT = Path(__file__).resolve().parents[1]
         ("ppo", {"sgd_minibatch_size": 1024, "kl_adaptive_lr": True, "target_kl_div": 0.01, "enable_amp": True}),
         ("ppo", {"sgd_minibatch_size": 512, "cudagraphs": True, "target_kl_div": 0.02}),
         ("ppo", {"sgd_minibatch_size": 512, "compile": True, "normalize_obs": True}),
-        ("ppo", {"sgd_minibatch_size": 512, "compile": True, "target_kl_div": 0.02}),  # the stop in the fused program
+        ("ppo", {"sgd_minibatch_size": 512, "compile": True, "target_kl_div": 0.02}),  # the stop in the compiled update
         ("npg", {"line_search": True, "normalize_obs": True}),
         ("recurrent", {"seq_len": 8, "sgd_minibatch_size": 1024}),
     ],
@@ -397,7 +397,7 @@ def test_a_captured_update_is_captured_again_after_load_state_dict() -> None:
                          ids=["one", "members"])
 def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone(extra: dict) -> None:
     """compile and cudagraphs combine: the graph replays the compiled update (with S
-    members, the fused S-member program), which moves the parameters as the compiled
+    members, the compiled S-member update), which moves the parameters as the compiled
     update alone does on the same rollout."""
     config = dict(num_envs=256, horizon=16, device="cuda", seed=0, sgd_minibatch_size=1024, compile=True, **extra)
     both = AlgorithmConfig(**config, cudagraphs=True).build(CartPole)

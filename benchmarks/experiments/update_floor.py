@@ -12,7 +12,7 @@ update, interleaved, median over rounds:
 * ``torch floor``: the same update written as one plain function (``torch.func.grad``,
   the clip and Adam written out) and compiled with rlx's inductor options, called 16
   times: what a compiled torch update costs with nothing else in it;
-* ``rlx fused``: rlx's own compiled update (:mod:`rlx.algorithms.fused`) on a real
+* ``rlx fused``: rlx's own compiled update (``PPO.minibatch_update``, compiled whole) on a real
   minibatch of a CartPole PPO with ``compile=True``, called 16 times (its losses also
   carry the statistics rlx reports: KL, clip fraction, entropy).
 
@@ -128,7 +128,7 @@ def rlx_fused(samples: int):
                            optimizer_config={"lr": 2.5e-3}, vf_clip_param=None, vf_coeff=0.5, entropy_coeff=0.0,
                            max_grad_norm=0.5, model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
                            compile=True).build(CartPole)
-    assert algo.fused is not None, algo.fused_unsupported
+    assert algo.compiled_update is not None, algo.compile_fallback
     seen = []
     update = algo.update
     algo.update = lambda mb: seen.append({k: x.clone() for k, x in mb.items()}) or update(mb)
@@ -139,7 +139,7 @@ def rlx_fused(samples: int):
 
     def call() -> None:
         for _ in range(UPDATES):
-            algo.fused(mb)
+            algo.compiled_update(mb)
 
     return call
 

@@ -29,7 +29,7 @@ from rlx.core.compiling import compiled
 from rlx.core.schedulers import Schedule
 from rlx.members import Members
 from rlx.members.hparams import MemberHparams, MemberValues
-from rlx.members.optim import KERNEL_FLAGS, SeedAdam
+from rlx.members.optim import KERNEL_FLAGS, SeedAdam, steps_functionally
 from rlx.core.yaml_types import config_to_dict
 
 if TYPE_CHECKING:
@@ -473,9 +473,9 @@ class Algorithm(MemberValues, ABC):
             return
         for group, flags in zip(self.optimizer.param_groups, kept):
             group.update(flags)
-            # Fused and capturable kernels count steps on the parameters' device; the
-            # others read the count on the host (on a GPU that would sync every step).
-            on_device = bool(group.get("fused") or group.get("capturable"))
+            # rlx's Adam step and torch's fused and capturable kernels count steps on the parameters' device;
+            # the others read the count on the host (on a GPU that would sync every step).
+            on_device = steps_functionally(self.optimizer) or bool(group.get("fused") or group.get("capturable"))
             for p in group["params"]:
                 step = self.optimizer.state.get(p, {}).get("step")
                 if isinstance(step, Tensor):

@@ -90,7 +90,7 @@ class KLEarlyStop:
 
 
 def close_gate_(is_open: Tensor, applied: Tensor, kl: Tensor, limit: float | Tensor, active: Tensor | float) -> Tensor:
-    """:meth:`KLEarlyStop.gate` on its tensors, in place (what the fused update's program
+    """:meth:`KLEarlyStop.gate` on its tensors, in place (what the update's program
     runs on them as its inputs): ``is_open`` closes where ``kl`` exceeds ``limit`` and
     stays closed; ``applied`` counts the steps still open of the ``active`` members."""
     is_open.mul_(kl <= limit)

@@ -24,7 +24,6 @@ from rlx.core._sync import allowed_sync
 from rlx.algorithms.base import Algorithm
 from rlx.core.config_fields import ConfigError
 from rlx.models import split_actor_critic
-from rlx.algorithms.fused import FusedUpdate, fused_unsupported
 from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
 from rlx.algorithms.minibatches import (  # the micro-batch defaults, re-exported
     CPU_MICRO_BATCH_SIZE, CPU_WIDE_MICRO_BATCH_SIZE, Batch, MinibatchSource, Samples, default_cpu_micro_batch_size,
@@ -32,7 +31,8 @@ from rlx.algorithms.minibatches import (  # the micro-batch defaults, re-exporte
 from rlx.algorithms.rnd import RND, RNDConfig
 from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
-from rlx.core.compiling import compiled
+from rlx.core.compiling import CompiledCall, compiled
+from rlx.members.optim import adam_state, steps_functionally
 from rlx.core.cuda_graphs import GraphedBatchCall
 from rlx.env import OBS, TERMINATED, TRUNCATED
 from rlx.policy import EvalOutput, Obs, flatten_time
@@ -85,6 +85,7 @@ class PPO(Algorithm):
         self._micro_units = self._micro_batch_units()
         self._epoch_batch: dict[str, Tensor] = {}
         self._update_params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        self._loss_scaled = self.grad_scaler.is_enabled()  # float16 AMP (a compiled update cannot ask)
         if config.clip_grad_per_network:
             self.clip_groups = self._actor_and_critic()
         #: The task's mirror (``symmetry_fn``), checked to be an involution; ``None`` without one.
@@ -116,22 +117,42 @@ class PPO(Algorithm):
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
             if self.world_size > 1:
                 raise ValueError("AlgorithmConfig.cudagraphs: not supported under torch.distributed yet")
-        # What runs the update: the plain methods, wrapped here and only here. ``compile``
-        # compiles the whole minibatch update as one program where it can (FusedUpdate),
-        # else the forward pass and losses; ``cudagraphs`` captures the update (compiled
-        # or not) in a CUDA graph.
-        self.loss_fn = compiled(self.losses, device=self.device, dynamic=self.members.compile_dynamic) if config.compile else self.losses
+        # What runs the update: minibatch_update, the one implementation, wrapped here and
+        # only here. ``compile`` compiles it whole (forward, losses, backward, clip, the KL
+        # controls and the optimizer step: one program), or where it cannot
+        # (:meth:`compile_fallback` names why) its forward pass and losses; ``cudagraphs``
+        # captures it (compiled or not) in a CUDA graph.
+        #: Why ``compile`` does not compile the whole update (``None``: it does, or no compile).
+        self.compile_fallback = self._compile_fallback() if config.compile else None
+        whole = config.compile and self.compile_fallback is None
+        self.loss_fn = self.losses
+        if config.compile and not whole:
+            self.loss_fn = compiled(self.losses, device=self.device, dynamic=self.members.compile_dynamic)
         self.kl_sum = compiled(self.kl_terms_sum, device=self.device, dynamic=None) if config.compile else self.kl_terms_sum
-        #: Why ``compile`` does not fuse the whole update (``None``: it does, or no compile).
-        self.fused_unsupported = fused_unsupported(self) if config.compile else None
-        self.fused = FusedUpdate(self) if config.compile and self.fused_unsupported is None else None
+        self.compiled_update = CompiledCall(self.minibatch_update, device=self.device) if whole else None
         self.update = self._wrapped_update()
 
+    def _compile_fallback(self) -> str | None:
+        """Why ``compile`` compiles the forward pass and losses rather than the whole
+        minibatch update (``None``: the whole update compiles)."""
+        if self.world_size > 1:
+            return "torch.distributed (the gradient all-reduce)"
+        if self.policy.recurrent:
+            return "a recurrent policy"
+        if not steps_functionally(self.optimizer, self.grad_scaler):
+            return (f"optimizer_cls {type(self.optimizer).__name__} with these options (the program steps Adam and AdamW "
+                    "with one param group, without maximize, differentiable or a float16 loss scale)")
+        return None
+
     def _wrapped_update(self) -> Callable[..., Tensor]:
-        """:meth:`minibatch_update` (or the fused program), through a CUDA graph with
+        """:meth:`minibatch_update` (compiled with ``compile``), through a CUDA graph with
         ``cudagraphs`` (a new one after each load: a captured graph reads the optimizer
         state it was captured with)."""
-        update = self.fused or self.minibatch_update
+        update = self.compiled_update or self.minibatch_update
+        if self.compiled_update is not None:
+            # The Adam state the program reads and writes exists before it runs (after a
+            # load too): a program traced on a missing state would make it on every call.
+            adam_state(self.optimizer, self._update_params)
         if not self.config.cudagraphs:
             return update
         return GraphedBatchCall(update, self.device, before_capture=lambda: self.optimizer.zero_grad(set_to_none=True))
@@ -143,8 +164,11 @@ class PPO(Algorithm):
     @property
     def needs_tensor_lr(self) -> bool:
         # The KL early stop gates the LR on the device (Members.gates_lr).
+        # A compiled update reads the LR as a tensor: a float would be baked into its program.
+        compiled_adam = self.config.compile and self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
         kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr
-        return self.config.cudagraphs or (kl_stop and self.members.gates_lr) or self.config.kl_adaptive_lr_per_minibatch
+        return (self.config.cudagraphs or compiled_adam or (kl_stop and self.members.gates_lr)
+                or self.config.kl_adaptive_lr_per_minibatch)
 
     def _actor_and_critic(self) -> list[list[torch.nn.Parameter]]:
         """The actor's and the critic's parameters (``clip_grad_per_network``)."""
@@ -254,6 +278,8 @@ class PPO(Algorithm):
                     weight = size / N
                     losses = self.update(mb, weight=weight, step=k == num_minibatches - 1, kl_so_far=kl_so_far)
                     kl_so_far = kl_so_far + weight * losses[kl_index]
+                if self.rnd is not None and (not cfg.accumulate_grads or k == num_minibatches - 1):
+                    self._rnd_steps += 1  # the predictor stepped with this minibatch
                 sums += losses * running
                 torch.where(running > 0, torch.maximum(kl_max, losses[kl_index].to(kl_max.dtype)), kl_max, out=kl_max)  # a float32 statistic whatever the model dtype
             epochs_run += 1
@@ -349,7 +375,8 @@ class PPO(Algorithm):
             losses = self.loss_fn(part)
             total = losses.total.sum()  # S members: the sum of their losses, whose gradient is each one's own
             scale = weight * share
-            self.grad_scaler.scale(total * scale if scale != 1.0 else total).backward()
+            total = total * scale if scale != 1.0 else total
+            (self.grad_scaler.scale(total) if self._loss_scaled else total).backward()
             terms = torch.stack([losses.total.detach(), *losses[1:]])
             terms = terms if n == size else share * terms
             stats = terms if stats is None else stats + terms
@@ -365,9 +392,8 @@ class PPO(Algorithm):
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
                 gate, running = self.kl_stop.gate(kl, self.members.active()), self.kl_stop.running
             self.optimizer_step(self._update_params, gate, running)
-            if self.rnd is not None:  # the predictor's own step on this minibatch
-                self._rnd_loss += self.rnd.train_step(mb[OBS])
-                self._rnd_steps += 1
+            if self.rnd is not None:  # the predictor's own step on this minibatch (counted by run_epochs)
+                self._rnd_loss.add_(self.rnd.train_step(mb[OBS]))
         return stats
 
     def losses(self, mb: Batch) -> tuple:

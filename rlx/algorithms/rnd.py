@@ -43,6 +43,7 @@ from rlx.core.normalization import RewardScaler, RunningMeanStd
 from rlx.core.layout import by_member, from_by_member, member_lead
 from rlx.core.schedulers import Schedule
 from rlx.members.ops import seed_means
+from rlx.members.optim import adam_state, adam_step_
 from rlx.members.stacked import _stack_mlp
 
 __all__ = ["RND", "RNDConfig"]
@@ -166,6 +167,7 @@ class RND(nn.Module):
         self.target = net(config.target_hiddens)
         self.target.requires_grad_(False)
         self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=config.learning_rate)
+        adam_state(self.optimizer, list(self.predictor.parameters()))  # made now: a compiled update reads it
         self.state_stats = (RunningMeanStd((*member_lead(members), size), device=device, sync_ranks=True)
                             if config.normalize_state else None)
         self.reward_scaler = (RewardScaler(num_envs, gamma, device=device, num_seeds=members)
@@ -214,13 +216,23 @@ class RND(nn.Module):
         error = (self.embed(self.predictor, s) - target).square()
         return seed_means(self.members)(error)
 
+    # Eager inside PPO's compiled update (a graph break there): traced, its guards leaked
+    # into other compiled programs of the process under torch 2.13 (a T loop compiled later
+    # failed on "no attribute 'rnd'"; tests/algorithms/test_one_update.py runs both).
+    @torch.compiler.disable
     def train_step(self, obs: Any) -> Tensor:
-        """One Adam step of the predictor on ``obs``; returns its loss (detached)."""
+        """One Adam step of the predictor on ``obs``; returns its loss (detached). Tensor
+        arithmetic only (:func:`~rlx.members.optim.adam_step_` on the optimizer's state),
+        so PPO's compiled update traces it."""
         loss = self.loss(obs)
-        self.optimizer.zero_grad(set_to_none=True)
+        params = list(self.predictor.parameters())
+        for p in params:
+            p.grad = None
         loss.sum().backward()
-        rdist.all_reduce_grads_(list(self.predictor.parameters()))  # under torchrun: one predictor on every rank
-        self.optimizer.step()
+        rdist.all_reduce_grads_(params)  # under torchrun: one predictor on every rank
+        adam_step_(self.optimizer, params, [p.grad for p in params])
+        for p in params:
+            p.grad = None
         return loss.detach()
 
     def extra_state(self) -> dict[str, Any]:
@@ -229,3 +241,6 @@ class RND(nn.Module):
     def load_extra_state(self, state: Mapping[str, Any]) -> None:
         self.load_state_dict(state["module"])
         self.optimizer.load_state_dict(state["optimizer"])
+        for p, s in self.optimizer.state.items():  # step counts on the device, as adam_step_ keeps them
+            if isinstance(s.get("step"), Tensor):
+                s["step"] = s["step"].to(device=p.device, dtype=torch.float32)

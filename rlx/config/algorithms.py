@@ -97,7 +97,7 @@ class AlgorithmConfig(MinibatchConfig):
     #: Random network distillation (rsl_rl's ``rnd_cfg``): an intrinsic reward for novel
     #: states, ``{weight: 0.5, obs_keys: [policy], ...}`` (the fields of
     #: :class:`rlx.algorithms.rnd.RNDConfig`); ``None``: off. Each member its own; not with
-    #: ``cudagraphs`` or a recurrent policy (with ``compile`` it steps after the fused update).
+    #: ``cudagraphs`` or a recurrent policy (its predictor steps inside the update).
     rnd: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:

@@ -284,7 +284,8 @@ class MinibatchConfig(CommonConfig):
     mirror_loss_coeff: float | None = None
     #: ``torch.compile`` (inductor) the policy's action sampling and value passes in
     #: collect, and PPO's whole minibatch update as one program where it can
-    #: (:mod:`rlx.algorithms.fused`; else the update's forward pass and losses). The first collect and step
+    #: (:meth:`rlx.algorithms.ppo.PPO.minibatch_update`, the eager update itself; where it
+    #: cannot, ``compile_fallback`` says why and its forward pass and losses compile). The first collect and step
     #: pay for compiling (tens of seconds on a CPU); observation groups work too. Sampling
     #: draws from inductor's RNG, so runs differ from eager ones with the same seed.
     #: Combines with ``cudagraphs``: the captured update runs the compiled code.

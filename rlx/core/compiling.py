@@ -22,7 +22,7 @@ by default under the system's temporary directory), so a second run of the same 
 loads its kernels instead of compiling them.
 
 :func:`call_warm` calls a compiled function without dynamo's per-call guard checks, for
-callers that know its inputs are those it was compiled for (the fused update's warm
+callers that know its inputs are those it was compiled for (the compiled update's warm
 minibatch layouts, a graph-safe env's T loop).
 """
 
@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["CPU_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "call_warm", "compiled"]
+__all__ = ["CPU_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "CompiledCall", "call_warm", "compiled"]
 
 #: Inductor options of every function rlx compiles.
 INDUCTOR_OPTIONS: dict[str, Any] = {"cpp.use_decompose_tanh": True}
@@ -45,6 +45,9 @@ CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
 F = TypeVar("F", bound=Callable[..., Any])
 
 _copies = itertools.count()
+#: Every code copy made, kept for the process's life: dynamo tracks code objects by id, and
+#: a freed copy's id, reused by a later copy, made that copy run the freed one's program.
+_code_copies: list[types.CodeType] = []
 
 
 def _own_code(fn: Any) -> Any:
@@ -65,10 +68,12 @@ def _own_code(fn: Any) -> Any:
             return fn(*args, **kwargs)
 
         code = call.__code__.replace(co_name=f"{name}_rlx{n}")
+        _code_copies.append(code)
         trampoline = types.FunctionType(code, call.__globals__, name, None, call.__closure__)
         trampoline.__wrapped__ = fn  # type: ignore[attr-defined]
         return trampoline
     code = func.__code__.replace(co_name=f"{func.__code__.co_name}_rlx{n}")
+    _code_copies.append(code)
     copy = types.FunctionType(code, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
     copy.__kwdefaults__, copy.__qualname__, copy.__wrapped__ = func.__kwdefaults__, func.__qualname__, func  # type: ignore[attr-defined]
     return types.MethodType(copy, fn.__self__) if hasattr(fn, "__self__") and fn is not func else copy
@@ -77,22 +82,73 @@ def _own_code(fn: Any) -> Any:
 def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False) -> F:
     """``torch.compile(fn)`` with :data:`INDUCTOR_OPTIONS` (and on a CPU
     :data:`CPU_INDUCTOR_OPTIONS`), over a cache of its own; ``device`` is where ``fn``'s
-    tensors live."""
+    tensors live.
+
+    Dynamo traces autograd inside ``fn`` (``Tensor.backward``, ``torch.autograd.grad``:
+    dynamo's ``trace_autograd_ops``, set for these calls only), so a function that takes
+    a gradient and steps on it (PPO's minibatch update) compiles as one program rather
+    than breaking at the backward pass."""
     options = INDUCTOR_OPTIONS | (CPU_INDUCTOR_OPTIONS if torch.device(device).type == "cpu" else {})
-    return torch.compile(_own_code(fn), dynamic=dynamic, options=options)  # type: ignore[return-value]
+    program = torch.compile(_own_code(fn), dynamic=dynamic, options=options)
+    config = torch._dynamo.config
+
+    def call(*args: Any, **kwargs: Any) -> Any:
+        if config.trace_autograd_ops:
+            return program(*args, **kwargs)
+        config.trace_autograd_ops = True
+        try:
+            return program(*args, **kwargs)
+        finally:
+            config.trace_autograd_ops = False
+
+    # A code object of its own, as _own_code's: a frame of a shared wrapper code that
+    # dynamo compiled (a call from the eager remainder of another compiled function) would
+    # put entries for every compiled function on one cache, told apart only by guards
+    # that call_warm skips.
+    n = next(_copies)
+    code = call.__code__.replace(co_name=f"compiled_rlx{n}")
+    _code_copies.append(code)
+    call = types.FunctionType(code, call.__globals__, f"compiled_rlx{n}", None, call.__closure__)
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    call.program = program  # type: ignore[attr-defined]
+    call._torchdynamo_orig_callable = program._torchdynamo_orig_callable  # type: ignore[attr-defined]
+    return call  # type: ignore[return-value]
 
 
-def call_warm(fn: Callable[..., Any], *args: Any, warm: bool = True) -> Any:
+class CompiledCall:
+    """``fn(batch, **options)`` compiled (:func:`compiled`), with dynamo's per-call guard
+    checks skipped (:func:`call_warm`) once a call with the same layout has run: the
+    batch's keys, shapes and dtypes, the options' values (a tensor option by presence)
+    and the grad mode. The rest of what ``fn`` reads (parameters, optimizer state, device
+    tensors of hyperparameters) keeps its shapes and identity between calls; a new
+    layout (the last, smaller minibatch) is checked, and compiled, once.
+
+    Skipping the checks saves their cost over the update's ~60 tensors: 90 us a call at
+    B = 64, 250 us at B = 1024 on one CPU core."""
+
+    def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False) -> None:
+        self.fn = compiled(fn, device=device, dynamic=dynamic)
+        self._warm: set[tuple] = set()
+
+    def __call__(self, batch: Any, **options: Any) -> Any:
+        layout = (torch.is_grad_enabled(), *((k, x.shape, getattr(x, "dtype", None)) for k, x in batch.items()),
+                  *((k, v if not isinstance(v, torch.Tensor) else torch.Tensor) for k, v in sorted(options.items())))
+        out = call_warm(self.fn, batch, warm=layout in self._warm, **options)
+        self._warm.add(layout)
+        return out
+
+
+def call_warm(fn: Callable[..., Any], *args: Any, warm: bool = True, **kwargs: Any) -> Any:
     """``fn(*args)``, skipping dynamo's guard checks when ``warm`` (only the guards that
     tell its compiled entries apart run). Should dynamo still find no entry for these
     inputs (a change the caller did not foresee), it raises before running anything;
     the call is then made again with every guard checked, which compiles a new entry."""
     if not warm:
-        return fn(*args)
+        return fn(*args, **kwargs)
     try:
         with torch.compiler.set_stance(skip_guard_eval_unsafe=True):
-            return fn(*args)
+            return fn(*args, **kwargs)
     except RuntimeError as e:
         if "skip_guard_eval_unsafe" not in str(e):
             raise
-    return fn(*args)
+    return fn(*args, **kwargs)

@@ -32,10 +32,17 @@ from rlx.members.ops import (
     seed_major_permutation,
     seed_minibatch_bounds,
 )
-from rlx.members.optim import SeedAdam, masked_step_, seed_optimizer
+from rlx.members.optim import SeedAdam, adam_step_, masked_step_, seed_optimizer, steps_functionally
 from rlx.members.stacked import seed_rows, stacked_model_cls
 
 __all__ = ["Members", "MemberStats"]
+
+
+def _clear_grads(optimizer: torch.optim.Optimizer) -> None:
+    """``optimizer.zero_grad(set_to_none=True)``, written so that a compiled update traces it."""
+    for group in optimizer.param_groups:
+        for p in group["params"]:
+            p.grad = None
 
 
 class MemberStats:
@@ -282,33 +289,47 @@ class Members:
                 and the critic's); ``None``: ``params`` as one.
         """
         rdist.all_reduce_grads_(params)  # data parallel: the gradient of the global batch
+        functional = steps_functionally(optimizer, grad_scaler)
+        if functional:  # as torch's step: a parameter without a gradient is not stepped
+            params = [p for p in params if p.grad is not None]
         if self.size == 1:
             if gate is not None and lr is not None:
                 torch.mul(lr[0], gate, out=lr[1])
+            if not functional:  # any other optimizer, or a float16 loss scale: torch's step
+                if max_grad_norm is not None:
+                    grad_scaler.unscale_(optimizer)
+                    for group in clip_groups or (params,):
+                        torch.nn.utils.clip_grad_norm_(group, max_grad_norm, foreach=True)
+                grad_scaler.step(optimizer)
+                grad_scaler.update()
+                optimizer.zero_grad(set_to_none=True)
+                return
             if max_grad_norm is not None:
-                grad_scaler.unscale_(optimizer)
                 for group in clip_groups or (params,):
                     torch.nn.utils.clip_grad_norm_(group, max_grad_norm, foreach=True)
-            grad_scaler.step(optimizer)
-            grad_scaler.update()
-            optimizer.zero_grad(set_to_none=True)
+            adam_step_(optimizer, params, [p.grad for p in params])
+            _clear_grads(optimizer)
             return
         if max_grad_norm is not None:
             norms = torch.stack([clip_grad_norm_per_seed_(group, max_grad_norm, self.size)
                                  for group in clip_groups or (params,)]).sum(0)
         else:
             norms = grad_norms_per_seed([p.grad for p in params if p.grad is not None], self.size)
-        self.alive &= torch.isfinite(norms)
+        self.alive.copy_(self.alive & torch.isfinite(norms))
         active = self.active()
         factor = active * self.lr_factor
         if gate is not None:
             factor = factor * gate
         update = active * running if running is not None else active
-        if isinstance(optimizer, SeedAdam):
-            optimizer.step(update=update, factor=factor)
+        if functional:
+            adam_step_(optimizer, params, [p.grad for p in params], update=update > 0, factor=factor)
+            _clear_grads(optimizer)
         else:
-            masked_step_(optimizer, params, update, factor)
-        optimizer.zero_grad(set_to_none=True)
+            if isinstance(optimizer, SeedAdam):  # its own step() (the functional one's reference in the tests)
+                optimizer.step(update=update, factor=factor)
+            else:
+                masked_step_(optimizer, params, update, factor)
+            optimizer.zero_grad(set_to_none=True)
 
     # -- statistics and state ----------------------------------------------------------------
 

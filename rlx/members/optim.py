@@ -31,16 +31,21 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import torch
+import torch.optim.optimizer as _optim_base
 from torch import Tensor
 
-__all__ = ["SeedAdam", "masked_step_", "scale_steps_per_seed_", "seed_adam_", "seed_optimizer"]
+__all__ = ["SeedAdam", "adam_state", "adam_step_", "masked_step_", "scale_steps_per_seed_", "seed_adam_", "seed_optimizer",
+           "steps_functionally"]
 
 #: Optimizer flags that choose a kernel, not the update (SeedAdam has one kernel).
 KERNEL_FLAGS = ("fused", "foreach", "capturable", "differentiable")
 
 
 def _seed_view(x: Tensor, like: Tensor) -> Tensor:
-    """``[S]`` as ``[S, 1, ...]`` against a stacked tensor ``like``."""
+    """``[S]`` as ``[S, 1, ...]`` against a stacked tensor ``like`` (a 0-d ``x``, a single
+    run's, as it is)."""
+    if x.dim() == 0:
+        return x
     return x.view(x.shape[0], *([1] * (like.dim() - 1)))
 
 
@@ -106,7 +111,7 @@ class SeedAdam(torch.optim.Optimizer):
                    lr=group["lr"], betas=group["betas"], eps=group["eps"], weight_decay=group["weight_decay"],
                    decoupled=group["decoupled"],
                    update=update > 0 if update is not None else torch.ones_like(steps[0], dtype=torch.bool),
-                   factor=factor if factor is not None else torch.ones_like(steps[0]))
+                   factor=factor)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         defaults = {k: self.defaults[k] for k in ("decoupled", "amsgrad", "weight_decay")}
@@ -124,41 +129,62 @@ class SeedAdam(torch.optim.Optimizer):
 
 def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
                exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor] | None, *, lr: float | Tensor,
-               betas: tuple[float, float], eps: float, weight_decay: float, decoupled: bool, update: Tensor,
-               factor: Tensor) -> None:
+               betas: tuple[float, float], eps: float, weight_decay: float, decoupled: bool,
+               update: Tensor | None = None, factor: Tensor | None = None) -> None:
     """:class:`SeedAdam`'s step on stacked ``[S, ...]`` parameters, in place: seed i's step
     count, moments and parameters advance where ``update[i]`` (bool ``[S]``), and it moves
-    at ``lr * factor[i]``; a seed's gradient is read only where it updates. Tensor
-    arithmetic only (no host sync): what the eager optimizer and the fused update
-    (:mod:`rlx.algorithms.fused`) both run."""
+    at ``lr * factor[i]``; a seed's gradient is read only where it updates. With 0-d
+    step counts (a single run's parameters, no seed dim) ``update`` and ``factor`` are
+    0-d or ``None`` (always, 1): torch's Adam/AdamW step. Tensor arithmetic only (no host
+    sync, nothing a CUDA graph cannot capture): what every Adam step in rlx runs
+    (:func:`adam_step_`)."""
     beta1, beta2 = betas
-    increment = update.to(steps[0].dtype)
-    torch._foreach_add_(steps, [increment] * len(steps))
+    if update is None:
+        torch._foreach_add_(steps, 1.0)
+    else:
+        torch._foreach_add_(steps, [update.to(steps[0].dtype)] * len(steps))
     # The per-seed scalars of every parameter at once, in float64 (as torch's Adam
     # takes them on the host): [P, S].
     t = torch.stack(steps).double()
-    counted = t > 0
-    bc2_sqrt = torch.where(counted, torch.sqrt(1 - beta2**t), 1.0)
-    seed_lr = torch.where(counted, lr * factor.double(), 0.0)  # a seed never stepped does not move
-    step_size = seed_lr / torch.where(counted, 1 - beta1**t, 1.0)
+    # Each seed's LR times its factor, [P, S] (a float LR filled on the device: no copy).
+    seed_lr = lr.double().expand_as(t) if isinstance(lr, Tensor) else t.new_full(t.shape, lr)
+    if factor is not None:
+        seed_lr = seed_lr * factor.double()
+    if update is None:  # every step counts: no seed is held
+        bc2_sqrt = torch.sqrt(1 - beta2**t)
+        step_size = seed_lr / (1 - beta1**t)
+    else:
+        counted = t > 0
+        bc2_sqrt = torch.where(counted, torch.sqrt(1 - beta2**t), 1.0)
+        seed_lr = torch.where(counted, seed_lr, 0.0)  # a seed never stepped does not move
+        step_size = seed_lr / torch.where(counted, 1 - beta1**t, 1.0)
     dtype = params[0].dtype
-    # Per-seed coefficients from the float64 mask (no host-to-device copy): 1 - beta1
-    # and beta2 where the seed updates, 0 and 1 (no change) elsewhere.
-    mask = update.double()
-    weight1 = (mask * (1 - beta1)).to(dtype)
-    decay2 = torch.where(update, (mask * beta2).to(dtype), 1.0)
     step_size, bc2_sqrt = step_size.to(dtype), bc2_sqrt.to(dtype)
-    read = []
-    for k, (p, g) in enumerate(zip(params, grads)):
-        rows = _seed_view(update, p)
-        grad = torch.where(rows, g, 0)  # a held seed's gradient (NaN or not) is not read
+    if update is None:
+        read = list(grads)
         if weight_decay and decoupled:
-            p.mul_(_seed_view(1 - seed_lr[k] * weight_decay, p).to(p.dtype))
+            torch._foreach_mul_(params, [_seed_view(1 - seed_lr[k] * weight_decay, p).to(p.dtype) for k, p in enumerate(params)])
         elif weight_decay:
-            grad = torch.where(rows, grad.add(p, alpha=weight_decay), 0)
-        read.append(grad)
-    torch._foreach_lerp_(exp_avgs, read, [_seed_view(weight1, p) for p in params])
-    torch._foreach_mul_(exp_avg_sqs, [_seed_view(decay2, p) for p in params])
+            read = torch._foreach_add(read, params, alpha=weight_decay)
+        torch._foreach_lerp_(exp_avgs, read, 1 - beta1)
+        torch._foreach_mul_(exp_avg_sqs, beta2)
+    else:
+        # Per-seed coefficients from the float64 mask (no host-to-device copy): 1 - beta1
+        # and beta2 where the seed updates, 0 and 1 (no change) elsewhere.
+        mask = update.double()
+        weight1 = (mask * (1 - beta1)).to(dtype)
+        decay2 = torch.where(update, (mask * beta2).to(dtype), 1.0)
+        read = []
+        for k, (p, g) in enumerate(zip(params, grads)):
+            rows = _seed_view(update, p)
+            grad = torch.where(rows, g, 0)  # a held seed's gradient (NaN or not) is not read
+            if weight_decay and decoupled:
+                p.mul_(_seed_view(1 - seed_lr[k] * weight_decay, p).to(p.dtype))
+            elif weight_decay:
+                grad = torch.where(rows, grad.add(p, alpha=weight_decay), 0)
+            read.append(grad)
+        torch._foreach_lerp_(exp_avgs, read, [_seed_view(weight1, p) for p in params])
+        torch._foreach_mul_(exp_avg_sqs, [_seed_view(decay2, p) for p in params])
     torch._foreach_addcmul_(exp_avg_sqs, read, read, value=1 - beta2)
     second = exp_avg_sqs
     if max_exp_avg_sqs is not None:
@@ -170,6 +196,66 @@ def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], e
     steps_taken = torch._foreach_div(exp_avgs, denom)
     torch._foreach_mul_(steps_taken, [_seed_view(step_size[k], p) for k, p in enumerate(params)])
     torch._foreach_sub_(params, steps_taken)
+
+
+def steps_functionally(optimizer: torch.optim.Optimizer, grad_scaler: torch.amp.GradScaler | None = None) -> bool:
+    """Whether :func:`adam_step_` steps ``optimizer``: torch's Adam or AdamW, or
+    :class:`SeedAdam`, with one param group and neither ``maximize`` nor
+    ``differentiable``, and no float16 loss scale (its skipped steps are GradScaler's)."""
+    if type(optimizer) not in (torch.optim.Adam, torch.optim.AdamW, SeedAdam) or len(optimizer.param_groups) != 1:
+        return False
+    group = optimizer.param_groups[0]
+    # GradScaler's flag read directly: a compiled update cannot call into torch.amp.
+    scaled = grad_scaler is not None and bool(getattr(grad_scaler, "_enabled", False))
+    return not (group.get("maximize") or group.get("differentiable") or scaled)
+
+
+def adam_state(optimizer: torch.optim.Optimizer, params: Sequence[Tensor]) -> tuple[list[Tensor], ...]:
+    """Each parameter's ``step``, ``exp_avg``, ``exp_avg_sq`` (and ``max_exp_avg_sq``
+    with amsgrad) in ``optimizer.state``, made where missing as torch's Adam makes them
+    (float32 step counts on the parameter's device, ``[S]`` for :class:`SeedAdam`): the
+    state a checkpoint holds, so torch's Adam and rlx's step resume each other."""
+    state, group = optimizer.state, optimizer.param_groups[0]
+    seeds = optimizer.num_seeds if isinstance(optimizer, SeedAdam) else None
+    amsgrad = bool(group.get("amsgrad"))
+    for p in params:
+        s = state[p]
+        if "step" not in s:
+            s["step"] = torch.zeros(() if seeds is None else (seeds,), dtype=torch.float32, device=p.device)
+            s["exp_avg"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+            s["exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+        if amsgrad and "max_exp_avg_sq" not in s:
+            s["max_exp_avg_sq"] = torch.zeros_like(p, memory_format=torch.preserve_format)
+    keys = ("step", "exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if amsgrad else ())
+    return tuple([state[p][key] for p in params] for key in keys)
+
+
+def adam_step_(optimizer: torch.optim.Optimizer, params: list[Tensor], grads: list[Tensor], *,
+               update: Tensor | None = None, factor: Tensor | None = None) -> None:
+    """The step of ``optimizer`` (one :func:`steps_functionally` accepts) on ``params``
+    with ``grads``, through :func:`seed_adam_` on the optimizer's own state and with its
+    param group's LR (a float or a device tensor): the same function eagerly, compiled
+    and in a CUDA graph, where ``optimizer.step()`` would break a compiled program.
+
+    Eagerly, the optimizer's step hooks run as ``optimizer.step()`` runs them (the global
+    and the optimizer's own pre- and post-hooks, with no arguments); a compiled program
+    does not call them."""
+    hooks = not torch.compiler.is_compiling()
+    if hooks:
+        for hook in (*_optim_base._global_optimizer_pre_hooks.values(),
+                     *optimizer._optimizer_step_pre_hooks.values()):
+            hook(optimizer, (), {})
+    group = optimizer.param_groups[0]
+    state = adam_state(optimizer, params)
+    decoupled = group.get("decoupled", group.get("decoupled_weight_decay", type(optimizer) is torch.optim.AdamW))
+    with torch.no_grad():
+        seed_adam_(params, grads, *state[:3], state[3] if len(state) > 3 else None, lr=group["lr"],
+                   betas=tuple(float(b) for b in group["betas"]), eps=float(group["eps"]),
+                   weight_decay=float(group["weight_decay"]), decoupled=bool(decoupled), update=update, factor=factor)
+    if hooks:
+        for hook in (*optimizer._optimizer_step_post_hooks.values(),
+                     *_optim_base._global_optimizer_post_hooks.values()):
+            hook(optimizer, (), {})
 
 
 def seed_optimizer(optimizer_cls: type[torch.optim.Optimizer], params: Sequence[Tensor], num_seeds: int,

@@ -264,7 +264,7 @@ def test_compile_combines_with_cudagraphs_and_takes_dict_observations(masked_cho
         AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile="yes")
     # A Composite observation (here with an action mask) goes through the compiled programs.
     masked = AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile=True, sgd_minibatch_size=16).build(masked_choice_env)
-    assert masked.fused is not None, masked.fused_unsupported
+    assert masked.compiled_update is not None, masked.compile_fallback
     for _ in range(2):
         masked.collect()
         stats = masked.step()

@@ -58,7 +58,7 @@ def test_torch_compile_mode_fuses_the_update_on_observation_groups() -> None:
     program, on the VecEnv's TensorDict of groups, and the runner trains."""
     runner = OnPolicyRunner(WindyReach(64, "cpu", seed=0), {**CFG_5, "torch_compile_mode": "default", "save_interval": 0},
                             device="cpu")
-    assert runner.alg.fused is not None, runner.alg.fused_unsupported
+    assert runner.alg.compiled_update is not None, runner.alg.compile_fallback
     runner.learn(2)
     assert runner.current_learning_iteration == 2
 

@@ -1,4 +1,14 @@
-"""The fused update (``compile=True``'s whole-update program) against the eager update.
+"""PPO's one minibatch update, as eager runs it and as ``compile=True`` compiles it.
+
+The update's optimizer step is rlx's own Adam (:func:`rlx.members.optim.adam_step_`, on
+the optimizer's state), which a compiled program traces where ``optimizer.step()``
+would break it. Two comparisons hold the update:
+
+* **The step against torch's.** The same update with the step taken by the optimizer
+  itself (``optimizer.step()``: torch's fused Adam for one run, SeedAdam through
+  ``masked_step_`` for members): every case below, eagerly.
+* **Compiled against eager.** The same function, compiled whole (forward, losses,
+  backward, clip, KL controls, step), on representative cases.
 
 Both run on the same rollout from the same parameters and optimizer state, in float64
 (``policy.double()``: the same code, rounding at 2^-53). Their gradients differ by
@@ -7,11 +17,9 @@ reassociation only; Adam divides each gradient entry by its running RMS plus
 into a move of up to ``lr · δ / eps``. With δ <= n · 2^-53 · Σ|terms| (n <= 256 rows,
 per-row gradients below 10 here: δ <= 6e-13), that is at most 6e-5 · lr a step, 1.5e-3 · lr
 over the 24 steps of a ``step()`` if every one of them hit such an entry alike; the
-parameters are held to ``atol = 1e-3 · lr`` (measured: 3e-6 · lr at most, on the
-micro-batched cases; 1e-13 · lr elsewhere) and the moments to 1e-3 of their largest
+parameters are held to ``atol = 1e-3 · lr`` and the moments to 1e-3 of their largest
 entry. In float32 the same amplification reaches lr-sized moves (δ ~ 1e-7 · Σ|terms|):
-two correct programs then differ by whatever the CPU's kernels round, and the float32
-comparisons failed under ``ATEN_CPU_CAPABILITY=default``.
+two correct programs then differ by whatever the CPU's kernels round.
 
 The bf16 autocast case cannot run in float64: its bound is bf16's own rounding (below).
 """
@@ -22,7 +30,9 @@ import pytest
 import torch
 
 from rlx import A2CConfig, AlgorithmConfig
-from rlx.algorithms.fused import FusedUpdate
+from contextlib import contextmanager
+from unittest import mock
+
 from rlx.envs import CartPole, Pendulum
 from rlx.examples.windy_reach import mirror as windy_mirror
 
@@ -87,8 +97,8 @@ def _windy():
 
 
 def _float64(*algos) -> None:
-    """Each algorithm's model in float64, and its optimizer's moments (made at build by a
-    fused update) cast alike, in place: the update holds those very tensors."""
+    """Each algorithm's model in float64, and its optimizer's moments (made at build for
+    a compiled update) cast alike, in place: the update holds those very tensors."""
     for algo in algos:
         algo.policy.double()
         for state in algo.optimizer.state.values():
@@ -103,55 +113,68 @@ def _pair(name: str):
     config = {**BASE, **extra}
     if cls is A2CConfig:
         config = {k: v for k, v in config.items() if k not in ("sgd_minibatch_size", "num_sgd_iters")}
-    eager, fused = cls(**config).build(env), cls(**config).build(env)
+    eager, reference = cls(**config).build(env), cls(**config).build(env)
     if not config.get("enable_amp"):
-        _float64(eager, fused)
-    fused.fused = FusedUpdate(fused, compiled=False)
-    fused.update = fused.fused
-    return eager, fused
+        _float64(eager, reference)
+    return eager, reference
 
 
-def _close(eager, fused, tol: float = 1e-3) -> None:
+@contextmanager
+def _optimizers_own_step():
+    """The update with the step taken by ``optimizer.step()`` (torch's Adam kernel; for
+    members SeedAdam through ``masked_step_``) rather than :func:`adam_step_`."""
+    with mock.patch("rlx.members.axis.steps_functionally", lambda *args: False):
+        yield
+
+
+def _close(eager, other, tol: float = 1e-3) -> None:
     lr = max(eager.lr, eager.config.optimizer_kwargs["lr"])  # an adapted LR may have fallen since the steps taken
-    for (name, a), b in zip(eager.policy.model.named_parameters(), fused.policy.model.parameters()):
+    for (name, a), b in zip(eager.policy.model.named_parameters(), other.policy.model.parameters()):
         torch.testing.assert_close(b, a, rtol=1e-9, atol=tol * lr, msg=lambda m, name=name: f"{name}: {m}")
-    for a, b in zip(eager.policy.model.parameters(), fused.policy.model.parameters()):
-        sa, sb = eager.optimizer.state[a], fused.optimizer.state[b]
+    for a, b in zip(eager.policy.model.parameters(), other.policy.model.parameters()):
+        sa, sb = eager.optimizer.state[a], other.optimizer.state[b]
+        if "exp_avg" not in sa:  # not Adam (SGD): the parameters are the whole state compared
+            continue
         assert torch.equal(sa["step"], sb["step"])
         for key in ("exp_avg", "exp_avg_sq"):
             torch.testing.assert_close(sb[key], sa[key], rtol=tol, atol=tol * float(sa[key].abs().max()))
 
 
-def _close_bf16(eager, fused, before: list[torch.Tensor]) -> None:
-    """bf16 autocast: the program keeps float32 between the ops it fuses where eager rounds
-    each op's output to bf16 (unit roundoff 2^-9). Adam's per-entry normalization lets an
+def _close_bf16(eager, other, before: list[torch.Tensor]) -> None:
+    """bf16 autocast: the two Adam kernels round bf16-made gradients apart (unit
+    roundoff 2^-9). Adam's per-entry normalization lets an
     entry near zero flip, so the bound is on the whole step, per parameter: the two steps
     differ by at most 2^-6 (eight bf16 roundings) of the eager step's norm."""
-    for a, b, p0 in zip(eager.policy.model.parameters(), fused.policy.model.parameters(), before):
+    for a, b, p0 in zip(eager.policy.model.parameters(), other.policy.model.parameters(), before):
         step = (a - p0).norm()
         assert (b - a).norm() <= 2**-6 * step, ((b - a).norm().item(), step.item())
 
 
+def _run(algo, reference: bool, seed: int = 7) -> dict:
+    torch.manual_seed(seed)  # one global RNG: the same draws for both collects
+    algo.collect()
+    if not reference:
+        return algo.step()
+    with _optimizers_own_step():
+        return algo.step()
+
+
 @pytest.mark.parametrize("name", list(CASES))
-def test_fused_update_equals_the_eager_update_on_the_same_data(name: str) -> None:
-    eager, fused = _pair(name)
+def test_the_update_steps_as_the_optimizers_own_step_on_the_same_data(name: str) -> None:
+    eager, reference = _pair(name)
     # Each step() from the same state (clipped objectives amplify drift). A VecEnv's
     # simulator state is not the algorithm's: after a load its collect opens with a reset,
     # so the obs-groups case compares one step.
     for _ in range(1 if CASES[name][1] == "windy" else 3):
-        fused.load_state_dict(eager.state_dict())
+        reference.load_state_dict(eager.state_dict())
         before = [p.detach().clone() for p in eager.policy.model.parameters()]
-        stats = []
-        for algo in (eager, fused):
-            torch.manual_seed(7)  # one global RNG: the same draws for both collects
-            algo.collect()
-            stats.append(algo.step())
+        stats = [_run(eager, False), _run(reference, True)]
         if name == "bf16_amp":
-            _close_bf16(eager, fused, before)
+            _close_bf16(eager, reference, before)
             tol = 5e-2  # the statistics: bf16's 2^-9 rounding through a few ops
         else:
             tol = 1e-3
-            _close(eager, fused, tol)
+            _close(eager, reference, tol)
         for key in ("losses/total", "losses/policy", "losses/vf", "monitors/kl_div", "losses/mirror", "losses/rnd"):
             if key not in stats[0]:
                 continue
@@ -159,22 +182,18 @@ def test_fused_update_equals_the_eager_update_on_the_same_data(name: str) -> Non
         assert stats[1]["monitors/lr"] == stats[0]["monitors/lr"]
         for key in [k for k in stats[0] if k.endswith(("monitors/optimizer_steps", "monitors/sgd_epochs"))]:
             assert stats[1][key] == stats[0][key], key  # the early stop decided alike
-    assert (fused.fused._carry is not None) == ("micro_batch_size" in CASES[name][2])  # micro-batches ran
 
 
 @pytest.mark.parametrize("name", ["kl_early_stop", "kl_early_stop_adamw_micro_batches", "seeds_kl_early_stop"])
-def test_the_fused_kl_early_stop_stops_where_the_eager_one_does(name: str) -> None:
-    """The program judges each step on its minibatch's KL: the stop triggers within the
+def test_the_kl_early_stop_stops_where_the_optimizers_own_step_does(name: str) -> None:
+    """The update judges each step on its minibatch's KL: the stop triggers within the
     first step() (fewer optimizer steps than epochs x minibatches, fewer epochs), on the
-    same step as the eager update, and a closed run's parameters stop moving. Members
-    stop each on its own target; the one whose target is never reached runs every step."""
-    eager, fused = _pair(name)
-    fused.load_state_dict(eager.state_dict())
-    stats = []
-    for algo in (eager, fused):
-        torch.manual_seed(7)
-        algo.collect()
-        stats.append(algo.step())
+    same step with either optimizer step, and a closed run's parameters stop moving.
+    Members stop each on its own target; the one whose target is never reached runs
+    every step."""
+    eager, reference = _pair(name)
+    reference.load_state_dict(eager.state_dict())
+    stats = [_run(eager, False), _run(reference, True)]
     cfg = eager.config
     most = cfg.num_sgd_iters * (cfg.num_envs * cfg.horizon // cfg.sgd_minibatch_size)
     prefixes = [f"seed{i}/" for i in range(cfg.num_seeds)] if cfg.num_seeds > 1 else [""]
@@ -185,34 +204,35 @@ def test_the_fused_kl_early_stop_stops_where_the_eager_one_does(name: str) -> No
         assert steps[-1] == most and len(set(steps)) > 1
     else:
         assert stats[1]["monitors/sgd_epochs"] == stats[0]["monitors/sgd_epochs"] < cfg.num_sgd_iters
-    _close(eager, fused)
+    _close(eager, reference)
 
 
-def test_fused_update_checkpoints_like_the_eager_one() -> None:
-    eager, fused = _pair("cartpole")
-    fused.collect()
-    fused.step()
-    state = fused.state_dict()  # written by the fused update, resumed by the eager one
-    eager.load_state_dict(state)
-    assert eager.optimizer.state_dict()["state"].keys() == fused.optimizer.state_dict()["state"].keys()
-    for algo in (eager, fused):
-        torch.manual_seed(3)
-        algo.collect()
-        algo.step()
-    _close(eager, fused)
+def test_the_updates_optimizer_state_resumes_torchs_adam_and_back() -> None:
+    """A checkpoint written by rlx's step resumes under torch's Adam kernel, and the two
+    then take the same steps: the state keys, step counts and moments are torch's."""
+    eager, reference = _pair("cartpole")
+    _run(eager, False)
+    reference.load_state_dict(eager.state_dict())
+    assert reference.optimizer.state_dict()["state"].keys() == eager.optimizer.state_dict()["state"].keys()
+    _run(eager, False, seed=3)
+    _run(reference, True, seed=3)
+    _close(eager, reference)
+    eager.load_state_dict(reference.state_dict())  # and back: torch's state, rlx's step
+    _run(eager, False, seed=4)
+    _run(reference, True, seed=4)
+    _close(eager, reference)
 
 
-def test_compile_fuses_the_update_where_it_can_and_says_why_not() -> None:
-    fused = AlgorithmConfig(**BASE, compile=True).build(CartPole)
-    assert isinstance(fused.update, FusedUpdate) and fused.fused_unsupported is None
-    stopped = AlgorithmConfig(**BASE, compile=True, target_kl_div=0.01).build(CartPole)
-    assert isinstance(stopped.update, FusedUpdate) and stopped.fused_unsupported is None
-    seeds = AlgorithmConfig(**BASE, compile=True, num_seeds=2, target_kl_div=0.01).build(CartPole)
-    assert isinstance(seeds.update, FusedUpdate) and seeds.fused_unsupported is None
-    accumulated = AlgorithmConfig(**BASE, compile=True, accumulate_grads=True).build(CartPole)
-    assert accumulated.update == accumulated.minibatch_update and "accumulate_grads" in accumulated.fused_unsupported
+def test_compile_compiles_the_whole_update_where_it_can_and_says_why_not() -> None:
+    from rlx.core.compiling import CompiledCall
+
+    for extra in ({}, {"target_kl_div": 0.01}, {"num_seeds": 2, "target_kl_div": 0.01}, {"accumulate_grads": True},
+                  {"optimizer_config": {"lr": 1e-3, "amsgrad": True}}):
+        algo = AlgorithmConfig(**BASE, **extra, compile=True).build(CartPole)
+        assert isinstance(algo.update, CompiledCall) and algo.compile_fallback is None, extra
+        assert algo.loss_fn == algo.losses  # traced inside the update's program
     sgd = AlgorithmConfig(**BASE, compile=True, optimizer_cls=torch.optim.SGD, optimizer_config={"lr": 0.1}).build(CartPole)
-    assert "SGD" in sgd.fused_unsupported
+    assert "SGD" in sgd.compile_fallback and sgd.update == sgd.minibatch_update and sgd.loss_fn != sgd.losses
 
 
 GROUPS = {"obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]}, "normalize_obs": True}
@@ -228,29 +248,27 @@ def test_the_compiled_program_equals_the_uncompiled_one(name: str) -> None:
     env, extra = COMPILED[name]
     config = {**BASE, **extra}
     env = _windy() if env == "windy" else env
-    fused = AlgorithmConfig(**config).build(env)
-    fused.fused = FusedUpdate(fused, compiled=False)
-    fused.update = fused.fused
+    eager = AlgorithmConfig(**config).build(env)
     compiled = AlgorithmConfig(**config, compile=True).build(env)
-    assert isinstance(compiled.update, FusedUpdate)
-    _float64(fused, compiled)
-    compiled.policy.load_state_dict(fused.policy.state_dict())
+    assert compiled.compiled_update is not None and compiled.update is compiled.compiled_update
+    _float64(eager, compiled)
+    compiled.policy.load_state_dict(eager.policy.state_dict())
     # Collect eagerly in both (compile=True also compiles the T loop, with inductor's RNG).
     compiled.rollout.act_fn, compiled.rollout.value_fn = compiled.policy.act_step, compiled.policy.value_step
     compiled.rollout.compiled_loop = None
-    for algo in (fused, compiled):
+    for algo in (eager, compiled):
         torch.manual_seed(11)
         algo.collect()
         algo.step()
-    _close(fused, compiled)
+    _close(eager, compiled)
 
 
 def test_the_loss_only_compile_takes_observation_groups_too() -> None:
-    """Where the update is not fused (Adam with amsgrad), the compiled forward pass and
-    losses read a TensorDict of groups as the eager ones do."""
-    config = {**BASE, **GROUPS, "optimizer_config": {"lr": 1e-3, "amsgrad": True}}
+    """Where the whole update does not compile (SGD, whose step is torch's), the compiled
+    forward pass and losses read a TensorDict of groups as the eager ones do."""
+    config = {**BASE, **GROUPS, "optimizer_cls": torch.optim.SGD, "optimizer_config": {"lr": 1e-2}}
     eager, compiled = (AlgorithmConfig(**config, compile=flag).build(_windy()) for flag in (False, True))
-    assert compiled.fused is None and "amsgrad" in compiled.fused_unsupported
+    assert compiled.compiled_update is None and "SGD" in compiled.compile_fallback
     _float64(eager, compiled)
     # Collect eagerly in both (the compiled act function samples with inductor's RNG).
     compiled.rollout.act_fn, compiled.rollout.value_fn = compiled.policy.act_step, compiled.policy.value_step
@@ -270,8 +288,6 @@ def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
     config = {**BASE, "sgd_minibatch_size": 192}  # 512 samples: minibatches of 192, 192 and 128
     plain, compiled = (AlgorithmConfig(**config, compile=flag).build(CartPole) for flag in (False, True))
     _float64(plain, compiled)
-    plain.fused = FusedUpdate(plain, compiled=False)
-    plain.update = plain.fused
     for algo in (plain, compiled):  # collect eagerly in both (the compiled T loop draws other numbers)
         algo.rollout.act_fn, algo.rollout.value_fn = algo.policy.act_step, algo.policy.value_step
         algo.rollout.compiled_loop = None
@@ -287,7 +303,7 @@ def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
             algo.collect()
             algo.step()
         _close(plain, compiled)
-    assert len(compiled.fused._warm) == 2
+    assert len(compiled.compiled_update._warm) == 2
 
 
 class _SharedTrunk(torch.nn.Module):
