@@ -17,31 +17,15 @@ nothing in ``rlx`` imports this file.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import linen as nn
+from ppo_settings import PPOSettings
 
 __all__ = ["ActorCritic", "PPOSettings", "make_train", "optimizer", "ppo_loss"]
-
-
-@dataclass(frozen=True)
-class PPOSettings:
-    num_envs: int = 1024
-    horizon: int = 32
-    epochs: int = 4
-    minibatches: int = 4
-    lr: float = 2.5e-3
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip: float = 0.2
-    vf_coeff: float = 0.5
-    entropy_coeff: float = 0.0
-    max_grad_norm: float = 0.5
-    hidden: int = 64
 
 
 # -- CartPole-v1 as pure functions -----------------------------------------------------------

@@ -8,15 +8,20 @@ tanh actor and critic, 4 epochs, 4 or 64 minibatches, Adam with lr 2.5e-3 and th
 gradient clipped to 0.5, gamma 0.99, lambda 0.95, clip 0.2 (``jax_ppo.py`` is the JAX
 program: the whole run is one ``jax.jit``). For each setting and round, interleaved:
 
-* JAX: compile time (``jit(...).lower().compile()``), then steady-state env steps/s of
-  a compiled run of ``--iterations`` iterations, and the mean return of the episodes
-  that ended in its last 5 iterations that had any;
-* rlx, per mode (``eager``: the defaults; ``compile``: ``compile=True``, whose update
-  is one compiled program, :mod:`rlx.algorithms.fused`; ``compile+amp``: that program
-  under bf16 autocast on a CPU, not JAX's float32 arithmetic and so a row of its own;
-  on CUDA, fp16 with a GradScaler, which keeps the update out of the fused program): the first iteration's time
-  (compiling included), then steady-state env steps/s of ``collect()`` + ``step()`` over
-  the same iterations, and the same return.
+* JAX: compile time (``jit(...).lower().compile()``), then one untimed call of the
+  compiled program (its first execution: allocation and autotuning, which made a cold
+  timing read 16.3M against 27.1M env steps/s warm on an H100 at B = 4096), then
+  steady-state env steps/s of a second call (``--iterations`` iterations), and the mean
+  return of the episodes that ended in its last 5 iterations that had any;
+* rlx, per mode (``eager``: the defaults; ``compile``: ``compile=True``, whose minibatch
+  update compiles whole, :meth:`rlx.algorithms.ppo.PPO.minibatch_update`; ``cudagraphs``
+  and ``compile+cudagraphs`` on CUDA; ``compile+amp``: that program under bf16 autocast
+  on a CPU, not JAX's float32 arithmetic and so a row of its own; on CUDA, fp16 with a
+  GradScaler): the first iteration's time (compiling included), then steady-state env
+  steps/s of ``collect()`` + ``step()`` over the same iterations, and the same return.
+
+Every row names its matmul precision (``float32``, or ``tf32`` where CUDA's TF32 matmuls
+are on: JAX's default on these GPUs is TF32 for float32 matmuls).
 
 Medians over rounds; ``rlx / JAX`` is each rlx mode's env steps/s over JAX's from the
 same round. On a CPU, ``--threads 1`` gives each side one thread (XLA's Eigen pool is
@@ -44,6 +49,96 @@ def last_finite_mean(returns: list[float], n: int = 5) -> float:
     return statistics.fmean(finite[-n:]) if finite else math.nan
 
 
+def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[str], iterations: int = 0,
+        rounds: int = 1, threads: int = 1, jax_side: bool = True) -> list[dict]:
+    """The side-by-side rows (one per side, size and minibatch count; medians over rounds).
+    ``jax_side=False`` (JAX not installed) runs rlx alone: its ``vs_jax`` is then NaN."""
+    import numpy as np
+    import torch
+    from ppo_settings import PPOSettings
+
+    from rlx import AlgorithmConfig
+    from rlx.envs import CartPole
+
+    if jax_side:
+        import jax
+        from jax_ppo import block, make_train
+    torch.set_num_threads(threads)
+    T = 32
+    rows = []
+    for B in num_envs:
+        for nmb in minibatches:
+            iters = iterations or max(4, 500_000 // (B * T))
+            s = PPOSettings(num_envs=B, horizon=T, minibatches=nmb)
+            per_round: dict[str, list[dict]] = {}
+            for r in range(rounds):
+                if jax_side:  # compile, one untimed call, then the timed call
+                    start = time.perf_counter()
+                    train = make_train(s, iters).lower(jax.random.PRNGKey(r)).compile()
+                    compile_s = time.perf_counter() - start
+                    block(train(jax.random.PRNGKey(r)))
+                    start = time.perf_counter()
+                    _, returns = block(train(jax.random.PRNGKey(r)))
+                    wall = time.perf_counter() - start
+                    ret = last_finite_mean(np.asarray(returns).tolist())
+                    per_round.setdefault("jax", []).append({"steps_per_s": iters * B * T / wall, "compile_s": compile_s,
+                                                            "return": ret, "precision": _jax_precision(device)})
+                for mode in modes:
+                    config = AlgorithmConfig(
+                        num_envs=B, horizon=T, num_sgd_iters=s.epochs, sgd_minibatch_size=B * T // nmb,
+                        optimizer_config={"lr": s.lr}, gamma=s.gamma, gae_lambda=s.gae_lambda, clip_param=s.clip,
+                        vf_clip_param=None, vf_coeff=s.vf_coeff, entropy_coeff=s.entropy_coeff,
+                        max_grad_norm=s.max_grad_norm, model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
+                        device=device, seed=r, compile="compile" in mode, cudagraphs="cudagraphs" in mode,
+                        enable_amp="amp" in mode,
+                    )
+                    algo = config.build(CartPole)
+                    start = time.perf_counter()
+                    algo.collect()
+                    algo.step()
+                    first_s = time.perf_counter() - start
+                    for _ in range(2):  # warm-up (graph capture, the compiled last-value pass)
+                        algo.collect()
+                        algo.step()
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    returns = []
+                    start = time.perf_counter()
+                    for _ in range(iters):
+                        stats = algo.collect()
+                        algo.step()
+                        returns.append(stats["episodes/return_mean"])
+                    if device == "cuda":
+                        torch.cuda.synchronize()
+                    wall = time.perf_counter() - start
+                    precision = "tf32" if device == "cuda" and torch.backends.cuda.matmul.allow_tf32 else "float32"
+                    per_round.setdefault(mode, []).append({"steps_per_s": iters * B * T / wall, "compile_s": first_s,
+                                                           "return": last_finite_mean(returns),
+                                                           "precision": precision + ("+amp" if "amp" in mode else "")})
+            jax_rate = [x["steps_per_s"] for x in per_round.get("jax", [])] or [math.nan] * rounds
+            for side, results in per_round.items():
+                rate = statistics.median(x["steps_per_s"] for x in results)
+                ratio = statistics.median(x["steps_per_s"] / j for x, j in zip(results, jax_rate))
+                row = {"side": side, "device": device, "num_envs": B, "minibatches": nmb, "horizon": T,
+                       "epochs": s.epochs, "iterations": iters, "rounds": rounds, "precision": results[0]["precision"],
+                       "jax_timed": "warm", "steps_per_s": round(rate), "vs_jax": round(ratio, 3),
+                       "compile_s": round(statistics.median(x["compile_s"] for x in results), 2),
+                       "return": round(statistics.median(x["return"] for x in results), 1)}
+                rows.append(row)
+                print(f"B={B:>6} mb={nmb:>3} {side:>20} [{row['precision']}]: {rate:>12,.0f} env steps/s  "
+                      f"rlx/JAX {ratio:5.2f}  compile/first {row['compile_s']:6.1f} s  return {row['return']:6.1f}",
+                      flush=True)
+    return rows
+
+
+def _jax_precision(device: str) -> str:
+    """JAX's float32 matmul precision: its default ("tf32" on a GPU that has it)."""
+    import jax
+
+    setting = str(jax.config.jax_default_matmul_precision or "default")
+    return "tf32" if device == "cuda" and setting in ("default", "None", "bfloat16_3x", "tensorfloat32") else "float32"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
@@ -60,77 +155,10 @@ def main() -> None:
         from common import jax_on_cpu_threads
 
         jax_on_cpu_threads(args.threads)
-    import jax
-    import numpy as np
-    import torch
+    rows = run(args.device, args.num_envs, args.minibatches, args.modes, args.iterations, args.rounds, args.threads)
     from common import append_results, results_path
-    from jax_ppo import PPOSettings, block, make_train
 
-    from rlx import AlgorithmConfig
-    from rlx.envs import CartPole
-
-    torch.set_num_threads(args.threads)
-    T = 32
     out = args.out or results_path(f"vs_jax_{args.device}")
-    rows = []
-    for B in args.num_envs:
-        for nmb in args.minibatches:
-            iters = args.iterations or max(4, 500_000 // (B * T))
-            s = PPOSettings(num_envs=B, horizon=T, minibatches=nmb)
-            per_round: dict[str, list[dict]] = {}
-            for r in range(args.rounds):
-                # JAX: compile, then a timed run of the compiled program.
-                start = time.perf_counter()
-                train = make_train(s, iters).lower(jax.random.PRNGKey(r)).compile()
-                compile_s = time.perf_counter() - start
-                start = time.perf_counter()
-                _, returns = block(train(jax.random.PRNGKey(r)))
-                wall = time.perf_counter() - start
-                ret = last_finite_mean(np.asarray(returns).tolist())
-                per_round.setdefault("jax", []).append({"steps_per_s": iters * B * T / wall, "compile_s": compile_s,
-                                                        "return": ret})
-                for mode in args.modes:
-                    config = AlgorithmConfig(
-                        num_envs=B, horizon=T, num_sgd_iters=s.epochs, sgd_minibatch_size=B * T // nmb,
-                        optimizer_config={"lr": s.lr}, gamma=s.gamma, gae_lambda=s.gae_lambda, clip_param=s.clip,
-                        vf_clip_param=None, vf_coeff=s.vf_coeff, entropy_coeff=s.entropy_coeff,
-                        max_grad_norm=s.max_grad_norm, model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
-                        device=args.device, seed=r, compile="compile" in mode, cudagraphs="cudagraphs" in mode,
-                        enable_amp="amp" in mode,
-                    )
-                    algo = config.build(CartPole)
-                    start = time.perf_counter()
-                    algo.collect()
-                    algo.step()
-                    first_s = time.perf_counter() - start
-                    for _ in range(2):  # warm-up (graph capture, the compiled last-value pass)
-                        algo.collect()
-                        algo.step()
-                    if args.device == "cuda":
-                        torch.cuda.synchronize()
-                    returns = []
-                    start = time.perf_counter()
-                    for _ in range(iters):
-                        stats = algo.collect()
-                        algo.step()
-                        returns.append(stats["episodes/return_mean"])
-                    if args.device == "cuda":
-                        torch.cuda.synchronize()
-                    wall = time.perf_counter() - start
-                    per_round.setdefault(mode, []).append({"steps_per_s": iters * B * T / wall, "compile_s": first_s,
-                                                           "return": last_finite_mean(returns)})
-            jax_rate = [x["steps_per_s"] for x in per_round["jax"]]
-            for side, results in per_round.items():
-                rate = statistics.median(x["steps_per_s"] for x in results)
-                ratio = statistics.median(x["steps_per_s"] / j for x, j in zip(results, jax_rate))
-                row = {"side": side, "device": args.device, "num_envs": B, "minibatches": nmb, "horizon": T,
-                       "epochs": s.epochs, "iterations": iters, "rounds": args.rounds,
-                       "steps_per_s": round(rate), "vs_jax": round(ratio, 3),
-                       "compile_s": round(statistics.median(x["compile_s"] for x in results), 2),
-                       "return": round(statistics.median(x["return"] for x in results), 1)}
-                rows.append(row)
-                print(f"B={B:>6} mb={nmb:>3} {side:>20}: {rate:>12,.0f} env steps/s  rlx/JAX {ratio:5.2f}  "
-                      f"compile/first {row['compile_s']:6.1f} s  return {row['return']:6.1f}", flush=True)
     append_results(out, rows, threads=args.threads)
     print(f"results: {out}")
 

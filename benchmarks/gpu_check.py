@@ -1,0 +1,320 @@
+"""The one command run whenever an H100 is available: rlx's GPU tests and the measurements #42 asks for.
+
+    python benchmarks/gpu_check.py --out DIR [--budget-s 420]
+    python benchmarks/gpu_check.py --dry-run --out DIR    # every part at tiny sizes on the CPU
+
+No network. Each part runs in a subprocess of its own under its own time limit, so a
+part that fails, hangs or runs out of memory costs its limit and no more; the limits
+add up to at most ``--budget-s`` (default 420 s: 7 minutes, compile caches empty), and
+a part whose limit no longer fits is skipped by name. The parts, in priority order:
+
+1. ``gpu_tests``: ``pytest -m gpu tests/`` (the tests that need CUDA), pass/fail counts
+   and the failures' names.
+2. ``vs_jax``: :func:`vs_jax.run` at B = 4096, 65536 and 262144, 4 minibatches, rlx
+   ``eager``, ``cudagraphs`` and ``compile+cudagraphs`` against the whole-program JAX
+   PPO timed warm (called once, then timed); rlx alone when JAX is not installed.
+3. ``profile``: one ``collect()`` and one ``step()`` profiled at B = 4096 and 65536 in
+   the fastest mode (``compile+cudagraphs``): wall ms, GPU-busy ms, kernel count and the
+   10 costliest kernels of each phase.
+4. ``members``: 64 members x 1024 envs against one member of 1024 envs and one run of
+   65536 envs (``cudagraphs``, 4 minibatches), env steps/s.
+5. ``rsl_rl``: rsl_rl's ``OnPolicyRunner`` against :class:`rlx.runners.OnPolicyRunner`
+   at Isaac Lab's scale (4096 envs x 24 steps, [512, 256, 128] ELU, 5 epochs x 4
+   minibatches, an asymmetric critic) on :class:`rlx.examples.windy_reach.WindyReach`,
+   when rsl_rl imports; a skip row otherwise.
+
+It prints one summary and writes at most 6 files to ``--out``: ``summary.md`` (what it
+printed), ``results.jsonl`` (every row, each naming its device and matmul precision),
+``gpu_tests.log``, ``parts.log`` (each part's stderr tail). ``tests/test_gpu_check.py``
+dry-runs it on the CPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path.insert(0, str(HERE))
+
+#: Each part's time limit (seconds) on a GPU, and on the CPU with ``--dry-run``.
+LIMITS = {"gpu_tests": (150, 60), "vs_jax": (150, 90), "profile": (60, 60), "members": (45, 60), "rsl_rl": (60, 60)}
+#: The files written to ``--out``.
+FILES = ("summary.md", "results.jsonl", "gpu_tests.log", "parts.log")
+
+
+def _device(dry_run: bool) -> str:
+    return "cpu" if dry_run else "cuda"
+
+
+def _sync(device: str) -> None:
+    import torch
+
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def _precision(device: str) -> str:
+    import torch
+
+    return "tf32" if device == "cuda" and torch.backends.cuda.matmul.allow_tf32 else "float32"
+
+
+def _emit(row: dict) -> None:
+    """A result row, on stdout for the parent to collect."""
+    print("ROW " + json.dumps(row), flush=True)
+
+
+# -- the parts (each runs in its own subprocess) ------------------------------------------------
+
+
+def part_gpu_tests(dry_run: bool, out: Path) -> None:
+    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "-m", "gpu", "tests/"]
+    if dry_run:  # on the CPU every gpu test skips: collect them, run none
+        args += ["--collect-only"]
+    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
+    (out / "gpu_tests.log").write_text(done.stdout[-200_000:] + done.stderr[-20_000:])
+    last = (done.stdout.strip().splitlines() or [""])[-1]
+    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    _emit({"part": "gpu_tests", "summary": last.strip("= "), "failed": failed, "returncode": done.returncode})
+
+
+def part_vs_jax(dry_run: bool, out: Path) -> None:
+    import vs_jax
+
+    try:
+        import jax  # noqa: F401
+        jax_side = True
+    except ImportError:
+        jax_side = False
+    device = _device(dry_run)
+    sizes, modes = ([64], ["eager"]) if dry_run else ([4096, 65536, 262144], ["eager", "cudagraphs", "compile+cudagraphs"])
+    for B in sizes:  # one size at a time: a size that fails leaves the others' rows
+        for row in vs_jax.run(device, [B], [4], modes, iterations=2 if dry_run else 0, rounds=1, jax_side=jax_side):
+            _emit({"part": "vs_jax", **row, "jax": "warm" if jax_side else "not installed"})
+
+
+def _algo(B: int, device: str, mode: str, num_seeds: int = 1, horizon: int = 32):
+    from ppo_settings import PPOSettings
+
+    from rlx import AlgorithmConfig
+
+    s = PPOSettings(num_envs=B, horizon=horizon, minibatches=4)
+    return AlgorithmConfig(
+        num_envs=B, horizon=horizon, num_sgd_iters=s.epochs, sgd_minibatch_size=B * horizon // 4,
+        optimizer_config={"lr": s.lr}, gamma=s.gamma, gae_lambda=s.gae_lambda, clip_param=s.clip, vf_clip_param=None,
+        vf_coeff=s.vf_coeff, entropy_coeff=s.entropy_coeff, max_grad_norm=s.max_grad_norm,
+        model_config={"hiddens": [64, 64], "activation_fn": "tanh"}, device=device, seed=0, num_seeds=num_seeds,
+        compile="compile" in mode, cudagraphs="cudagraphs" in mode)
+
+
+def _profile_phase(fn, device: str) -> dict:
+    """Wall ms, GPU-busy ms, kernel count and the 10 costliest kernels of one ``fn()``."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    _sync(device)
+    start = time.perf_counter()
+    with profile(activities=activities) as prof:
+        fn()
+        _sync(device)
+    wall = time.perf_counter() - start
+    kernels: dict[str, list[float]] = {}
+    for evt in prof.events():
+        if device == "cuda" and evt.device_type == torch.autograd.DeviceType.CUDA:
+            kernels.setdefault(evt.name, []).append(evt.device_time_total * 1e-3)
+    top = sorted(((k, sum(v), len(v)) for k, v in kernels.items()), key=lambda x: -x[1])[:10]
+    return {"wall_ms": round(1e3 * wall, 3), "gpu_busy_ms": round(sum(sum(v) for v in kernels.values()), 3),
+            "kernels": sum(len(v) for v in kernels.values()),
+            "top_kernels": [{"name": k[:120], "ms": round(ms, 3), "calls": n} for k, ms, n in top]}
+
+
+def part_profile(dry_run: bool, out: Path) -> None:
+    from rlx.envs import CartPole
+
+    device = _device(dry_run)
+    mode = "eager" if dry_run else "compile+cudagraphs"
+    for B in [64] if dry_run else [4096, 65536]:
+        algo = _algo(B, device, mode).build(CartPole)
+        for _ in range(4):  # compile, the graphs' warm-ups and captures
+            algo.collect()
+            algo.step()
+        row = {"part": "profile", "device": device, "num_envs": B, "mode": mode, "precision": _precision(device)}
+        row["collect"] = _profile_phase(algo.collect, device)
+        row["step"] = _profile_phase(algo.step, device)
+        _emit(row)
+
+
+def _steps_per_s(algo, iters: int, device: str) -> float:
+    for _ in range(3):
+        algo.collect()
+        algo.step()
+    times = []
+    for _ in range(iters):
+        _sync(device)
+        start = time.perf_counter()
+        algo.collect()
+        algo.step()
+        _sync(device)
+        times.append(time.perf_counter() - start)
+    return algo.num_envs * algo.horizon / statistics.median(times)
+
+
+def part_members(dry_run: bool, out: Path) -> None:
+    from rlx.envs import CartPole
+
+    device = _device(dry_run)
+    mode = "eager" if dry_run else "cudagraphs"
+    per, many, one = (16, 4, 64) if dry_run else (1024, 64, 65536)
+    rates = {}
+    for name, B, S in [("one_member", per, 1), (f"{many}_members", per, many), ("one_run", one, 1)]:
+        rates[name] = _steps_per_s(_algo(B, device, mode, num_seeds=S).build(CartPole), 3 if dry_run else 10, device)
+        _emit({"part": "members", "device": device, "mode": mode, "precision": _precision(device), "setting": name,
+               "num_envs_per_member": B, "members": S, "steps_per_s": round(rates[name])})
+    _emit({"part": "members", "summary": True, "members_over_one_run": round(rates[f"{many}_members"] / rates["one_run"], 3),
+           "members_over_one_member": round(rates[f"{many}_members"] / rates["one_member"], 3)})
+
+
+def part_rsl_rl(dry_run: bool, out: Path) -> None:
+    import contextlib
+    import io
+
+    import torch
+
+    from rlx.examples.windy_reach import WindyReach
+    from rlx.runners import OnPolicyRunner as RlxRunner
+
+    device = _device(dry_run)
+    envs, hidden, iters = (64, [32, 32], 2) if dry_run else (4096, [512, 256, 128], 20)
+    cfg = {
+        "num_steps_per_env": 24, "save_interval": 10**9, "obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]},
+        "algorithm": {"class_name": "PPO", "num_learning_epochs": 5, "num_mini_batches": 4, "clip_param": 0.2,
+                      "gamma": 0.99, "lam": 0.95, "value_loss_coef": 1.0, "entropy_coef": 0.005, "learning_rate": 1e-3,
+                      "max_grad_norm": 1.0, "use_clipped_value_loss": True, "schedule": "adaptive", "desired_kl": 0.01},
+        "actor": {"class_name": "MLPModel", "hidden_dims": hidden, "activation": "elu", "obs_normalization": True,
+                  "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
+        "critic": {"class_name": "MLPModel", "hidden_dims": hidden, "activation": "elu", "obs_normalization": True},
+    }
+    sides = [("rlx", RlxRunner, {})]
+    if not dry_run:  # the compiled runner (rsl_rl's torch_compile_mode) compiles for tens of seconds on a CPU
+        sides.append(("rlx_compile", RlxRunner, {"torch_compile_mode": "default"}))
+    try:
+        from rsl_rl.runners import OnPolicyRunner as RslRunner
+
+        sides.insert(0, ("rsl_rl", RslRunner, {}))
+    except ImportError:
+        _emit({"part": "rsl_rl", "side": "rsl_rl", "skipped": "rsl_rl is not installed (pip install 'rlx[rsl_rl]')"})
+    for name, runner_cls, extra in sides:
+        torch.manual_seed(0)
+        with contextlib.redirect_stdout(io.StringIO()):
+            runner = runner_cls(WindyReach(envs, device, seed=0), {**cfg, **extra}, log_dir=None, device=device)
+            runner.learn(3)  # warm-up (and compile)
+            _sync(device)
+            start = time.perf_counter()
+            runner.learn(iters)
+            _sync(device)
+        wall = time.perf_counter() - start
+        _emit({"part": "rsl_rl", "side": name, "device": device, "precision": _precision(device), "num_envs": envs,
+               "iterations": iters, "wall_s": round(wall, 3), "steps_per_s": round(iters * envs * 24 / wall)})
+
+
+PARTS = {"gpu_tests": part_gpu_tests, "vs_jax": part_vs_jax, "profile": part_profile, "members": part_members,
+         "rsl_rl": part_rsl_rl}
+
+
+# -- the driver ----------------------------------------------------------------------------------
+
+
+def _run_part(name: str, dry_run: bool, out: Path, limit: float) -> tuple[list[dict], str]:
+    """``name`` in a subprocess under ``limit`` seconds: its rows and its stderr tail."""
+    args = [sys.executable, __file__, "--part", name, "--out", str(out)] + (["--dry-run"] if dry_run else [])
+    start = time.perf_counter()
+    try:
+        done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=limit)
+        stdout, stderr, status = done.stdout, done.stderr, f"exit {done.returncode}"
+    except subprocess.TimeoutExpired as e:
+        stdout = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        stderr = e.stderr.decode() if isinstance(e.stderr, bytes) else (e.stderr or "")
+        status = f"timed out after {limit:.0f} s"
+    rows = [json.loads(line[4:]) for line in stdout.splitlines() if line.startswith("ROW ")]
+    rows.append({"part": name, "status": status, "seconds": round(time.perf_counter() - start, 1)})
+    return rows, stderr[-6000:]
+
+
+def _summary(rows: list[dict], header: str) -> str:
+    lines = [f"# gpu_check: {header}", ""]
+    for row in rows:
+        part = row.get("part")
+        if "status" in row:
+            lines.append(f"- **{part}**: {row['status']} in {row['seconds']} s")
+        elif part == "gpu_tests":
+            lines.append(f"  - {row['summary']}" + (f"; failed: {', '.join(row['failed'])}" if row["failed"] else ""))
+        elif part == "vs_jax":
+            lines.append(f"  - B={row['num_envs']} {row['side']} [{row['precision']}]: {row['steps_per_s']:,} env steps/s, "
+                         f"rlx/JAX {row['vs_jax']}, first iteration {row['compile_s']} s")
+        elif part == "profile":
+            for phase in ("collect", "step"):
+                p = row[phase]
+                top = ", ".join(f"{k['name'][:40]} {k['ms']} ms" for k in p["top_kernels"][:3])
+                lines.append(f"  - B={row['num_envs']} {row['mode']} {phase}: wall {p['wall_ms']} ms, GPU busy "
+                             f"{p['gpu_busy_ms']} ms, {p['kernels']} kernels; top: {top}")
+        elif part in ("members", "rsl_rl"):
+            lines.append("  - " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "part"))
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="the folder its files go to (at most 6)")
+    parser.add_argument("--budget-s", type=float, default=420.0)
+    parser.add_argument("--dry-run", action="store_true", help="every part at tiny sizes on the CPU")
+    parser.add_argument("--parts", nargs="+", default=list(PARTS), choices=list(PARTS))
+    parser.add_argument("--part", choices=list(PARTS), help=argparse.SUPPRESS)  # one part, in this process
+    args = parser.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    if args.part:
+        PARTS[args.part](args.dry_run, out)
+        return 0
+    import torch
+
+    import rlx
+
+    device = "cpu (dry run)" if args.dry_run else (torch.cuda.get_device_name() if torch.cuda.is_available() else "no CUDA")
+    header = (f"{device}, torch {torch.__version__}, rlx {rlx.__file__}, "
+              f"{time.strftime('%Y-%m-%d %H:%M')}, budget {args.budget_s:.0f} s")
+    print(header, flush=True)
+    deadline = time.perf_counter() + args.budget_s
+    rows, logs = [], []
+    for name in args.parts:
+        limit = LIMITS[name][1 if args.dry_run else 0]
+        left = deadline - time.perf_counter()
+        if left < limit:
+            rows.append({"part": name, "status": f"skipped: {left:.0f} s of the budget left, its limit is {limit} s",
+                         "seconds": 0.0})
+            continue
+        part_rows, stderr = _run_part(name, args.dry_run, out, limit)
+        rows += part_rows
+        logs.append(f"## {name}\n{stderr}\n")
+        print(_summary(part_rows, name).split("\n", 2)[2], end="", flush=True)
+    summary = _summary(rows, header)
+    (out / "summary.md").write_text(summary)
+    with open(out / "results.jsonl", "w") as f:
+        for row in rows:
+            f.write(json.dumps({"device": device, **row}) + "\n")
+    (out / "parts.log").write_text("\n".join(logs))
+    print(f"\nwrote {', '.join(f for f in FILES if (out / f).exists())} to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    os.environ.setdefault("XLA_PYTHON_CLIENT_PREALLOCATE", "false")  # JAX and torch share the GPU
+    sys.exit(main())

@@ -1,0 +1,47 @@
+"""``benchmarks/gpu_check.py``, the command run whenever an H100 is available, dry-run on the CPU."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.slow
+def test_gpu_check_dry_runs_every_part_on_the_cpu_and_writes_its_files(tmp_path: Path) -> None:
+    """Every part runs (at tiny sizes, on the CPU) in its own subprocess, the summary is
+    printed, and at most 6 files land in ``--out``, among them one result row per part."""
+    done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(tmp_path),
+                           "--budget-s", "400"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted(p.name for p in tmp_path.iterdir())
+    assert len(files) <= 6 and {"summary.md", "results.jsonl"} <= set(files), files
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    status = {r["part"]: r["status"] for r in rows if "status" in r}
+    assert status == {p: "exit 0" for p in ("gpu_tests", "vs_jax", "profile", "members", "rsl_rl")}, (
+        status, (tmp_path / "parts.log").read_text()[-3000:])
+    by_part = {part: [r for r in rows if r["part"] == part and "status" not in r] for part in status}
+    assert by_part["vs_jax"] and all(r["steps_per_s"] > 0 and r["precision"] == "float32" for r in by_part["vs_jax"])
+    profile = by_part["profile"][0]
+    assert profile["collect"]["wall_ms"] > 0 and profile["step"]["wall_ms"] > 0
+    assert any(r.get("members_over_one_run") for r in by_part["members"])
+    assert any(r.get("side") == "rlx" and r["steps_per_s"] > 0 for r in by_part["rsl_rl"])
+    assert "gpu_check:" in (tmp_path / "summary.md").read_text() and "members" in done.stdout
+
+
+def test_a_part_past_its_limit_is_stopped_and_the_rest_still_run(tmp_path: Path) -> None:
+    """A part that outlives its time limit is killed and reported by name; the parts after
+    it still run, and one whose limit no longer fits the budget is skipped by name."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+
+    rows, _ = gpu_check._run_part("members", True, tmp_path, limit=0.5)
+    assert rows[-1]["status"] == "timed out after 0 s" or rows[-1]["status"].startswith("timed out")
+    assert gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "1", "--parts", "members"]) == 0
+    rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
+    assert rows[0]["status"].startswith("skipped: ") and rows[0]["part"] == "members"
