@@ -368,16 +368,12 @@ class Algorithm(MemberValues, ABC):
         self._buffered = False
         self.num_steps += 1
 
+    @torch.no_grad()
     def _params_finite(self) -> Tensor:
         """``[]`` bool, whether every policy parameter is finite: stays on the device for
         step()'s one transfer (a NaN or inf entry makes the total norm non-finite)."""
-        params = [p.detach() for p in self.policy.model.parameters()]
-        total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6
-        if total_norm is not None:
-            norm = total_norm(params, error_if_nonfinite=False)
-        else:
-            norm = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p) for p in params]))
-        return torch.isfinite(norm)
+        norms = torch._foreach_norm(list(self.policy.model.parameters()))  # one op for every parameter
+        return torch.isfinite(torch.linalg.vector_norm(torch.stack(norms)))
 
     def _check_params_finite(self, host: dict[str, float], stats: dict[str, float]) -> None:
         """Raise when ``host["params/finite"]`` (from :meth:`_params_finite`) says no."""

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 from torch import Tensor
+from torchrl.data import Composite
 
 from rlx.core import distributed as rdist
 from rlx.core._sync import allowed_sync
@@ -84,6 +85,7 @@ class PPO(Algorithm):
         self._kl_index = self.loss_fields._fields.index("kl")  # where the KL sits in stacked losses
         self._micro_units = self._micro_batch_units()
         self._epoch_batch: dict[str, Tensor] = {}
+        self._views: tuple[tuple, list[Batch]] | None = None  # the minibatch views of _epoch_batch
         self._update_params = [p for p in self.policy.model.parameters() if p.requires_grad]
         self._loss_scaled = self.grad_scaler.is_enabled()  # float16 AMP (a compiled update cannot ask)
         if config.clip_grad_per_network:
@@ -110,6 +112,9 @@ class PPO(Algorithm):
         self._rnd_steps = 0
         self._intrinsic = torch.zeros((), device=self.device)
         self.kl_stop = None
+        # The update's statistics, accumulated on the device by each minibatch update.
+        self._sums = torch.zeros(len(self.loss_fields._fields), *self.members.lead, device=self.device)
+        self._kl_max = torch.zeros(self.members.lead, device=self.device)
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
             self.kl_stop = KLEarlyStop(self.hparams.get("target_kl_div", torch.float64), self.device, self.members.lead)
         if config.cudagraphs:
@@ -131,6 +136,16 @@ class PPO(Algorithm):
         self.kl_sum = compiled(self.kl_terms_sum, device=self.device, dynamic=None) if config.compile else self.kl_terms_sum
         self.compiled_update = CompiledCall(self.minibatch_update, device=self.device) if whole else None
         self.update = self._wrapped_update()
+        # The phases around the epochs: GAE and the batch, each epoch's gather (a program
+        # each with compile, on a single process's tensor observations; RND's schedule
+        # would change the first program's constants every update).
+        phases = (config.compile and self.world_size == 1 and self.rnd is None and not self.policy.recurrent
+                  and not isinstance(self.env.observation_spec, Composite))
+        self.prepare = compiled(self.prepared_batch, device=self.device) if phases else self.prepared_batch
+        self.gather = compiled(self.gathered, device=self.device) if phases else self.gathered
+        if phases and config.normalize_rewards:  # collect's running-return recursion over T, likewise
+            self.reward_scaler._scratch(self.horizon)  # its scratch made before the program first runs
+            self.reward_scaler.update = compiled(self.reward_scaler.update, device=self.device)
 
     def _compile_fallback(self) -> str | None:
         """Why ``compile`` compiles the forward pass and losses rather than the whole
@@ -218,9 +233,7 @@ class PPO(Algorithm):
         self._check_buffered()
         start = time.perf_counter()
         cfg = self.config
-        self.compute_advantages()
-        normalize = self.members.normalize if cfg.normalize_advantages else None
-        batch = self.minibatches.batch(self.buffer, self.horizon, normalize)
+        batch = self.prepare()
         lr, entropy_coeff, hparams = self.lr, self._entropy_coeff_value, self.hparam_stats()
         stats, epochs_run = self.run_epochs(batch)
         self._finish_step()
@@ -254,41 +267,38 @@ class PPO(Algorithm):
         cfg, control, members = self.config, self.kl_stop, self.members
         bounds = self.minibatch_bounds()
         num_minibatches, N = len(bounds), sum(size for _, size in bounds)
-        sums = torch.zeros(len(self.loss_fields._fields), *members.lead, device=self.device)  # in loss_fields' order
+        # The statistics the update accumulates on the device, in place (loss_fields' order).
+        sums, kl_max = self._sums.zero_(), self._kl_max.zero_()
         kl_index = self._kl_index
-        kl_max = torch.zeros(members.lead, device=self.device)
         if control is not None:
             control.begin()
         epochs_run = 0
         # A member's statistics cover the epochs a run of its own would have run: those
         # it was still open at the start of (the KL early stop ends them member by member).
-        member_epochs = torch.zeros(members.lead, device=self.device)
-        every_epoch = torch.ones(members.lead, device=self.device)  # without the early stop, all run
+        member_epochs = torch.zeros(members.lead, device=self.device) if control is not None else None
         for _ in range(cfg.num_sgd_iters):
-            running = control.start_epoch() if control is not None else every_epoch
+            if control is not None:
+                member_epochs += control.start_epoch()
             epoch = self._epoch(batch, N, num_minibatches)
-            kl_so_far = torch.zeros((), device=self.device)  # with accumulation: the epoch's weighted KL
-            for k, (lo, size) in enumerate(bounds):
-                mb = {key: x[lo : lo + size] for key, x in epoch.items()}
+            kl_so_far = torch.zeros((), device=self.device) if cfg.accumulate_grads else None
+            for k, mb in enumerate(self._minibatch_views(epoch, bounds)):
                 if not cfg.accumulate_grads:
-                    losses = self.update(mb)
+                    self.update(mb)
                 else:
                     # Each minibatch mean is weighted by its share of the buffer, so the
                     # summed gradient is exactly the full-batch one.
-                    weight = size / N
+                    weight = bounds[k][1] / N
                     losses = self.update(mb, weight=weight, step=k == num_minibatches - 1, kl_so_far=kl_so_far)
                     kl_so_far = kl_so_far + weight * losses[kl_index]
                 if self.rnd is not None and (not cfg.accumulate_grads or k == num_minibatches - 1):
                     self._rnd_steps += 1  # the predictor stepped with this minibatch
-                sums += losses * running
-                torch.where(running > 0, torch.maximum(kl_max, losses[kl_index].to(kl_max.dtype)), kl_max, out=kl_max)  # a float32 statistic whatever the model dtype
             epochs_run += 1
-            member_epochs += running
             if control is not None:
                 with allowed_sync():
                     if control.stopped(members.active()).item():  # SYNC: one per epoch, the KL early stop
                         break
-        means = self.loss_fields(*(sums / (member_epochs.clamp(min=1) * num_minibatches)).unbind())
+        epochs = member_epochs.clamp(min=1) if member_epochs is not None else epochs_run
+        means = self.loss_fields(*(sums / (epochs * num_minibatches)).unbind())
         return self._step_stats(means, batch, kl_max), epochs_run
 
     def _step_stats(self, means: tuple, batch: Batch, kl_max: Tensor) -> Stats:
@@ -326,7 +336,8 @@ class PPO(Algorithm):
         n = self.minibatches.num_units(self.num_envs, self.horizon)
         total = torch.zeros(self.members.lead, device=self.device)
         for lo in range(0, n, min(self._micro_units, n)):
-            total += self.kl_sum({key: x[lo : lo + self._micro_units] for key, x in batch.items()})
+            part = batch if self._micro_units >= n else {key: x[lo : lo + self._micro_units] for key, x in batch.items()}
+            total += self.kl_sum(part)
         per_member = n // self.num_seeds * self.minibatches.unit_samples
         return rdist.all_reduce_(total / per_member, "mean")
 
@@ -347,10 +358,36 @@ class PPO(Algorithm):
                                              shuffle=self.config.shuffle_minibatches)
         if index is None:
             return batch
-        epoch = {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
-        if not self._epoch_batch:
-            self._epoch_batch = {k: v for k, v in epoch.items() if isinstance(v, Tensor)}
-        return epoch
+        if not self._epoch_batch:  # the epoch's buffers, made once: its minibatches are views of them
+            self._epoch_batch = {k: torch.empty((index.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
+                                 for k, x in batch.items() if isinstance(x, Tensor)}
+        return self.gather(batch, index)
+
+    def gathered(self, batch: Batch, index: Tensor) -> Batch:
+        """``batch`` in the order ``index``, tensors written into the epoch's buffers (one
+        compiled program with ``compile``)."""
+        return {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
+
+    def _minibatch_views(self, epoch: Batch, bounds: list[tuple[int, int]]) -> list[Batch]:
+        """The minibatches of ``epoch``, as views: made once for the epoch's own buffers
+        (no op per minibatch), else sliced."""
+        if len(bounds) == 1 and bounds[0] == (0, next(iter(epoch.values())).shape[0]):
+            return [epoch]
+        own = all(epoch.get(k) is v for k, v in self._epoch_batch.items()) and len(epoch) == len(self._epoch_batch)
+        key = tuple(bounds)
+        if own and self._views is not None and self._views[0] == key:
+            return self._views[1]
+        views = [{k: x[lo : lo + size] for k, x in epoch.items()} for lo, size in bounds]
+        if own:
+            self._views = (key, views)
+        return views
+
+    def prepared_batch(self) -> Batch:
+        """GAE over the buffer, then the rollout as the epochs read it (advantages
+        normalized): one compiled program with ``compile``."""
+        self.compute_advantages()
+        normalize = self.members.normalize if self.config.normalize_advantages else None
+        return self.minibatches.batch(self.buffer, self.horizon, normalize)
 
     def minibatch_update(self, mb: Batch, *, weight: float = 1.0, step: bool = True,
                          kl_so_far: Tensor | None = None) -> Tensor:
@@ -394,6 +431,16 @@ class PPO(Algorithm):
             self.optimizer_step(self._update_params, gate, running)
             if self.rnd is not None:  # the predictor's own step on this minibatch (counted by run_epochs)
                 self._rnd_loss.add_(self.rnd.train_step(mb[OBS]))
+        # The update's statistics (run_epochs reads them): a member's count only while its
+        # epoch runs; the largest KL seen, a float32 statistic whatever the model's dtype.
+        kl = stats[self._kl_index].to(self._kl_max.dtype)
+        if self.kl_stop is None:
+            self._sums.add_(stats)
+            torch.maximum(self._kl_max, kl, out=self._kl_max)
+        else:
+            running = self.kl_stop.running
+            self._sums.add_(stats * running)
+            torch.where(running > 0, torch.maximum(self._kl_max, kl), self._kl_max, out=self._kl_max)
         return stats
 
     def losses(self, mb: Batch) -> tuple:

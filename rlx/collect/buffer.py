@@ -118,3 +118,7 @@ class StepColumns(NamedTuple):
     truncated: Tensor
     final_obs: Tensor | TensorDict | None
     next_obs: Tensor | TensorDict
+
+    def put(self, name: str, value: Tensor | TensorDict) -> None:
+        """Write a step's output into its view (``name`` one of the fields above)."""
+        getattr(self, name).copy_(value)

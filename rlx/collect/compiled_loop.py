@@ -75,24 +75,26 @@ class CompiledTLoop:
     def write_steps(self, start: Tensor, deterministic: bool) -> None:
         """:meth:`Rollout.write_step` for the :attr:`steps_per_program` columns from
         ``start`` (a 0-d index tensor), each read and written by index."""
-        ro, cols = self.rollout, self._columns
+        ro = self.rollout
         c0 = ro.columns[0]  # a feedforward policy's (empty) state and reset flags
-
-        def write(key: str, index: Tensor, value: Tensor) -> None:
-            cols[key].index_copy_(1, index, value.unsqueeze(1))
-
         for k in range(self.steps_per_program):
-            t = (start + k).view(1)
-            step = ro.act_fn(cols[OBS].index_select(1, t).squeeze(1), c0.state, c0.reset, deterministic=deterministic)
-            write(ACTIONS, t, step.actions)  # before the env may modify them in place
-            write(LOGP, t, step.logp)
-            if step.values is not None:
-                write(VALUES, t, step.values)
-            out = ro.env.step(step.env_actions)
-            write(REWARDS, t, out.get(REWARDS))
-            if ro.terminates:
-                write(TERMINATED, t, out.get(TERMINATED))
-            if ro.truncates:
-                write(TRUNCATED, t, out.get(TRUNCATED))
-                write(FINAL_OBS, t, out.get(FINAL_OBS))
-            write(OBS, t + 1, out.get(OBS))
+            ro.write_step(IndexedColumn(self._columns, (start + k).view(1), c0.state, c0.reset), deterministic)
+
+
+#: Where each output of a step goes: the buffer entry and whether it is column t + 1.
+_PUT = {"actions": (ACTIONS, 0), "logp": (LOGP, 0), "values": (VALUES, 0), "rewards": (REWARDS, 0),
+        "terminated": (TERMINATED, 0), "truncated": (TRUNCATED, 0), "final_obs": (FINAL_OBS, 0), "next_obs": (OBS, 1)}
+
+
+class IndexedColumn:
+    """Column ``t`` of the buffer's whole columns, read and written by index (what
+    :meth:`Rollout.write_step` takes in a compiled program of several steps, in place of
+    a :class:`~rlx.collect.buffer.StepColumns` of views)."""
+
+    def __init__(self, columns: dict[str, Tensor], t: Tensor, state: Tensor, reset: Tensor) -> None:
+        self.columns, self.t, self.state, self.reset = columns, t, state, reset
+        self.obs = columns[OBS].index_select(1, t).squeeze(1)
+
+    def put(self, name: str, value: Tensor) -> None:
+        key, ahead = _PUT[name]
+        self.columns[key].index_copy_(1, self.t + ahead if ahead else self.t, value.unsqueeze(1))

@@ -272,24 +272,26 @@ class Rollout:
 
     def write_step(self, c: StepColumns, deterministic: bool) -> Any:
         """One step of the T loop on column ``c``: act, step the env, write the outputs
-        into the column's views; returns the env's output."""
+        into the column (``c.put``: its views, or by index in a compiled program of
+        several steps, :mod:`rlx.collect.compiled_loop`); returns the env's output. The
+        one step function of every T loop: eager, graphed and compiled."""
         step = self.act_fn(c.obs, c.state, c.reset, deterministic=deterministic)
         # Into the buffer before the env sees them: an env may modify its actions in
         # place (a clamp_), and the buffer must keep what logp was computed for.
-        c.actions.copy_(step.actions)
-        c.logp.copy_(step.logp)
+        c.put("actions", step.actions)
+        c.put("logp", step.logp)
         if step.values is not None:
-            c.values.copy_(step.values)
+            c.put("values", step.values)
         if self.stateful:
-            c.next_state.copy_(step.state)
+            c.put("next_state", step.state)
         out = self.env.step(step.env_actions)
-        c.rewards.copy_(out.get(REWARDS))
+        c.put("rewards", out.get(REWARDS))
         if self.terminates:
-            c.terminated.copy_(out.get(TERMINATED))
+            c.put("terminated", out.get(TERMINATED))
         if self.truncates:
-            c.truncated.copy_(out.get(TRUNCATED))
-            c.final_obs.copy_(out.get(FINAL_OBS))
-        c.next_obs.copy_(out.get(OBS))
+            c.put("truncated", out.get(TRUNCATED))
+            c.put("final_obs", out.get(FINAL_OBS))
+        c.put("next_obs", out.get(OBS))
         return out
 
     # -- values ----------------------------------------------------------------------------

@@ -79,17 +79,19 @@ def _own_code(fn: Any) -> Any:
     return types.MethodType(copy, fn.__self__) if hasattr(fn, "__self__") and fn is not func else copy
 
 
-def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False) -> F:
+def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False, autograd: bool = False) -> F:
     """``torch.compile(fn)`` with :data:`INDUCTOR_OPTIONS` (and on a CPU
     :data:`CPU_INDUCTOR_OPTIONS`), over a cache of its own; ``device`` is where ``fn``'s
     tensors live.
 
-    Dynamo traces autograd inside ``fn`` (``Tensor.backward``, ``torch.autograd.grad``:
-    dynamo's ``trace_autograd_ops``, set for these calls only), so a function that takes
-    a gradient and steps on it (PPO's minibatch update) compiles as one program rather
-    than breaking at the backward pass."""
+    With ``autograd``, dynamo traces autograd inside ``fn`` (``Tensor.backward``,
+    ``torch.autograd.grad``: dynamo's ``trace_autograd_ops``, set for its calls only), so a
+    function that takes a gradient and steps on it (PPO's minibatch update) compiles as
+    one program rather than breaking at the backward pass."""
     options = INDUCTOR_OPTIONS | (CPU_INDUCTOR_OPTIONS if torch.device(device).type == "cpu" else {})
     program = torch.compile(_own_code(fn), dynamic=dynamic, options=options)
+    if not autograd:
+        return program  # type: ignore[return-value]
     config = torch._dynamo.config
 
     def call(*args: Any, **kwargs: Any) -> Any:
@@ -116,7 +118,7 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False)
 
 
 class CompiledCall:
-    """``fn(batch, **options)`` compiled (:func:`compiled`), with dynamo's per-call guard
+    """``fn(batch, **options)`` compiled (:func:`compiled`, autograd traced), with dynamo's per-call guard
     checks skipped (:func:`call_warm`) once a call with the same layout has run: the
     batch's keys, shapes and dtypes, the options' values (a tensor option by presence)
     and the grad mode. The rest of what ``fn`` reads (parameters, optimizer state, device
@@ -127,7 +129,7 @@ class CompiledCall:
     B = 64, 250 us at B = 1024 on one CPU core."""
 
     def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False) -> None:
-        self.fn = compiled(fn, device=device, dynamic=dynamic)
+        self.fn = compiled(fn, device=device, dynamic=dynamic, autograd=True)
         self._warm: set[tuple] = set()
 
     def __call__(self, batch: Any, **options: Any) -> Any:

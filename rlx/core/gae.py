@@ -141,10 +141,9 @@ def generalized_advantage_estimate_(
 
     # delta_t for all steps at once, built in place inside `adv`.
     next_values = values[:, 1:]
-    if final_values.dtype == dtype and next_values.dtype == dtype:
-        torch.where(truncated, final_values, next_values, out=adv)
-    else:  # `where` writes only into an output of its own result dtype
-        adv.copy_(torch.where(truncated, final_values, next_values))
+    # (copied in, not written with ``out=``: the buffer's [:, :T] views are not contiguous,
+    # and a compiled program cannot take a non-contiguous ``out=``)
+    adv.copy_(torch.where(truncated, final_values, next_values))
     adv.masked_fill_(terminated, 0.0)  # after the truncation fill: terminated wins
     per_env = isinstance(gamma, Tensor) or isinstance(gae_lambda, Tensor)
     adv.mul_(gamma.to(dtype) if isinstance(gamma, Tensor) else gamma).add_(rewards).sub_(values[:, :horizon])
@@ -161,7 +160,7 @@ def generalized_advantage_estimate_(
     for t in range(horizon - 2, -1, -1):
         adv[:, t].addcmul_(coeff[:, t], adv[:, t + 1])
 
-    torch.add(adv, values[:, :horizon], out=ret_out)  # overwrites the coefficients
+    ret_out.copy_(adv + values[:, :horizon])  # overwrites the coefficients
     if adv is not adv_out:
         adv_out.copy_(adv)
 

@@ -79,8 +79,16 @@ class Stats:
         """Reduce across ranks and move every entry to the host: ONE transfer."""
         if not self._values:
             return {}
-        values = self._reduced()
-        names = list(values)
+        if rdist.world_size() > 1:
+            values = self._reduced()
+            names = list(values)
+            flat = torch.stack([values[n] for n in names])
+        else:  # a stack per dtype, then one cast each: a few ops, not one per entry
+            by_dtype: dict[torch.dtype, list[str]] = {}
+            for name, v in self._values.items():
+                by_dtype.setdefault(v.dtype, []).append(name)
+            names = [n for group in by_dtype.values() for n in group]
+            flat = torch.cat([torch.stack([self._values[n] for n in group]).double() for group in by_dtype.values()])
         with allowed_sync():
-            numbers = torch.stack([values[n] for n in names]).tolist()  # SYNC: the one transfer
+            numbers = flat.tolist()  # SYNC: the one transfer
         return dict(zip(names, numbers))

@@ -290,6 +290,9 @@ def test_compiled_seeds_act_and_update_as_eager_seeds() -> None:
         torch.testing.assert_close(compiled.buffer.get(key), eager.buffer.get(key), rtol=1e-5, atol=1e-5)
     compiled.buffer.update(eager.buffer)  # the same data to the bit
     compiled.reward_scaler.load_state_dict(eager.reward_scaler.state_dict())
+    # GAE eagerly on both sides: its compiled program rounds float32 apart (held to its own
+    # bound in tests/algorithms/test_one_update.py), and Adam-free SGD would pass that on.
+    compiled.prepare = compiled.prepared_batch
     stats = []
     for algo in (eager, compiled):
         torch.manual_seed(5)  # the same shuffles
