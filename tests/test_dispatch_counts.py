@@ -25,8 +25,9 @@ def test_a_compiled_iteration_dispatches_few_eager_ops_and_programs() -> None:
         counts = count_dispatches(vs_jax_config(64, compile=True).build(CartPole))
     finally:
         torch.set_num_threads(threads)
-    # 2026-11-26: 769 eager ops and 28 programs before the update's statistics, GAE, the
-    # epoch's gather and the reward scaler's recursion moved into programs; 162 and 34
-    # after. The 16 minibatch updates are one program call each.
-    assert counts["programs"] <= 34, counts
-    assert counts["eager_ops"] <= 170, counts
+    # 2026-11-26: 769 eager ops and 28 programs before the update's statistics, GAE and
+    # the epoch's gather moved into programs; 312 and 33 after (the reward scaler's
+    # recursion over T, 150 of them, stays eager: compiled, torch 2.13 lost its float64
+    # 0-d statistics' in-place updates). The 16 minibatch updates are one call each.
+    assert counts["programs"] <= 33, counts
+    assert counts["eager_ops"] <= 320, counts

@@ -21,10 +21,10 @@ from torch import Tensor
 from torchrl.data import Composite
 
 from rlx.core import distributed as rdist
-from rlx.core._sync import allowed_sync
 from rlx.algorithms.base import Algorithm
 from rlx.core.config_fields import ConfigError
 from rlx.models import split_actor_critic
+from rlx.algorithms.epochs import Epochs
 from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
 from rlx.algorithms.minibatches import (  # the micro-batch defaults, re-exported
     CPU_MICRO_BATCH_SIZE, CPU_WIDE_MICRO_BATCH_SIZE, Batch, MinibatchSource, Samples, default_cpu_micro_batch_size,
@@ -36,7 +36,7 @@ from rlx.core.compiling import CompiledCall, compiled
 from rlx.members.optim import adam_state, steps_functionally
 from rlx.core.cuda_graphs import GraphedBatchCall
 from rlx.env import OBS, TERMINATED, TRUNCATED
-from rlx.policy import EvalOutput, Obs, flatten_time
+from rlx.policy import EvalOutput, flatten_time
 from rlx.core.schedulers import Schedule
 from rlx.algorithms.ppo_losses import PPOLosses, ppo_losses
 from rlx.members.ops import seed_means
@@ -48,12 +48,6 @@ if TYPE_CHECKING:
 
 __all__ = ["PPO", "PPOLosses", "ppo_losses", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE", "default_cpu_micro_batch_size"]
 
-def _gather(x: Obs, index: Tensor, out: Tensor | None) -> Obs:
-    if isinstance(x, Tensor):
-        return torch.index_select(x, 0, index, out=out)
-    return x[index]
-
-
 #: Statistic names of the loss terms (the ``kl`` term is reported as ``monitors/kl_div``
 #: after the update instead).
 LOSS_STATS = {"total": "losses/total", "policy": "losses/policy", "vf": "losses/vf", "entropy": "losses/entropy",
@@ -61,7 +55,7 @@ LOSS_STATS = {"total": "losses/total", "policy": "losses/policy", "vf": "losses/
               "clip_fraction": "monitors/clip_fraction"}
 
 
-class PPO(Algorithm):
+class PPO(Epochs, Algorithm):
     """PPO on rlx's shared engine; build it with ``AlgorithmConfig(...).build(env_cls)``."""
 
     config: AlgorithmConfig
@@ -143,9 +137,6 @@ class PPO(Algorithm):
                   and not isinstance(self.env.observation_spec, Composite))
         self.prepare = compiled(self.prepared_batch, device=self.device) if phases else self.prepared_batch
         self.gather = compiled(self.gathered, device=self.device) if phases else self.gathered
-        if phases and config.normalize_rewards:  # collect's running-return recursion over T, likewise
-            self.reward_scaler._scratch(self.horizon)  # its scratch made before the program first runs
-            self.reward_scaler.update = compiled(self.reward_scaler.update, device=self.device)
 
     def _compile_fallback(self) -> str | None:
         """Why ``compile`` compiles the forward pass and losses rather than the whole
@@ -207,12 +198,6 @@ class PPO(Algorithm):
         rows = micro_batch_rows(self.config.micro_batch_size, self.policy.model, self.device, self.members)
         return max(1, rows // self.minibatches.unit_samples) if rows < sys.maxsize else rows
 
-    def minibatch_bounds(self) -> list[tuple[int, int]]:
-        """``(first unit, units)`` of each minibatch of an epoch: ``minibatch_size`` samples
-        of every member each (the last minibatch gets the rest)."""
-        units = self.minibatches.num_units(self.config.num_envs, self.horizon)  # per member
-        return self.members.minibatch_bounds(units, self.config.minibatch_size // self.minibatches.unit_samples)
-
     def step(self) -> dict[str, float]:
         """Run the PPO epochs over the collected rollout.
 
@@ -261,46 +246,6 @@ class PPO(Algorithm):
         self._check_params_finite(host, out)
         return out
 
-    def run_epochs(self, batch: Batch) -> tuple[Stats, int]:
-        """The epochs of minibatch updates over ``batch`` (from :attr:`minibatches`): their
-        statistics (on the device) and the number of epochs run."""
-        cfg, control, members = self.config, self.kl_stop, self.members
-        bounds = self.minibatch_bounds()
-        num_minibatches, N = len(bounds), sum(size for _, size in bounds)
-        # The statistics the update accumulates on the device, in place (loss_fields' order).
-        sums, kl_max = self._sums.zero_(), self._kl_max.zero_()
-        kl_index = self._kl_index
-        if control is not None:
-            control.begin()
-        epochs_run = 0
-        # A member's statistics cover the epochs a run of its own would have run: those
-        # it was still open at the start of (the KL early stop ends them member by member).
-        member_epochs = torch.zeros(members.lead, device=self.device) if control is not None else None
-        for _ in range(cfg.num_sgd_iters):
-            if control is not None:
-                member_epochs += control.start_epoch()
-            epoch = self._epoch(batch, N, num_minibatches)
-            kl_so_far = torch.zeros((), device=self.device) if cfg.accumulate_grads else None
-            for k, mb in enumerate(self._minibatch_views(epoch, bounds)):
-                if not cfg.accumulate_grads:
-                    self.update(mb)
-                else:
-                    # Each minibatch mean is weighted by its share of the buffer, so the
-                    # summed gradient is exactly the full-batch one.
-                    weight = bounds[k][1] / N
-                    losses = self.update(mb, weight=weight, step=k == num_minibatches - 1, kl_so_far=kl_so_far)
-                    kl_so_far = kl_so_far + weight * losses[kl_index]
-                if self.rnd is not None and (not cfg.accumulate_grads or k == num_minibatches - 1):
-                    self._rnd_steps += 1  # the predictor stepped with this minibatch
-            epochs_run += 1
-            if control is not None:
-                with allowed_sync():
-                    if control.stopped(members.active()).item():  # SYNC: one per epoch, the KL early stop
-                        break
-        epochs = member_epochs.clamp(min=1) if member_epochs is not None else epochs_run
-        means = self.loss_fields(*(sums / (epochs * num_minibatches)).unbind())
-        return self._step_stats(means, batch, kl_max), epochs_run
-
     def _step_stats(self, means: tuple, batch: Batch, kl_max: Tensor) -> Stats:
         """``step()``'s statistics by name, on the device (with S members: ``seed{i}/...``
         for each, and their mean under the plain name)."""
@@ -347,40 +292,6 @@ class PPO(Algorithm):
         logp, old_logp = self.minibatches.log_prob(self.policy, part)
         log_ratio = (logp - old_logp).float()
         return self.members.sum(torch.expm1(log_ratio) - log_ratio)
-
-    def _epoch(self, batch: Batch, N: int, num_minibatches: int) -> Batch:
-        """The batch in this epoch's order: one gather per epoch into contiguous memory,
-        whose minibatches are views."""
-        index = None
-        if num_minibatches > 1:  # one whole-batch minibatch takes the same mean in any order
-            units = N // self.num_seeds
-            index = self.members.epoch_order(units, self.config.minibatch_size // self.minibatches.unit_samples,
-                                             shuffle=self.config.shuffle_minibatches)
-        if index is None:
-            return batch
-        if not self._epoch_batch:  # the epoch's buffers, made once: its minibatches are views of them
-            self._epoch_batch = {k: torch.empty((index.shape[0], *x.shape[1:]), dtype=x.dtype, device=x.device)
-                                 for k, x in batch.items() if isinstance(x, Tensor)}
-        return self.gather(batch, index)
-
-    def gathered(self, batch: Batch, index: Tensor) -> Batch:
-        """``batch`` in the order ``index``, tensors written into the epoch's buffers (one
-        compiled program with ``compile``)."""
-        return {key: _gather(x, index, self._epoch_batch.get(key)) for key, x in batch.items()}
-
-    def _minibatch_views(self, epoch: Batch, bounds: list[tuple[int, int]]) -> list[Batch]:
-        """The minibatches of ``epoch``, as views: made once for the epoch's own buffers
-        (no op per minibatch), else sliced."""
-        if len(bounds) == 1 and bounds[0] == (0, next(iter(epoch.values())).shape[0]):
-            return [epoch]
-        own = all(epoch.get(k) is v for k, v in self._epoch_batch.items()) and len(epoch) == len(self._epoch_batch)
-        key = tuple(bounds)
-        if own and self._views is not None and self._views[0] == key:
-            return self._views[1]
-        views = [{k: x[lo : lo + size] for k, x in epoch.items()} for lo, size in bounds]
-        if own:
-            self._views = (key, views)
-        return views
 
     def prepared_batch(self) -> Batch:
         """GAE over the buffer, then the rollout as the epochs read it (advantages
