@@ -32,14 +32,7 @@ def vs_jax_config(num_envs: int, compile: bool, device: str = "cpu"):
     """vs_jax.py's PPO config (:mod:`jax_ppo`'s settings) at ``num_envs``, 4 minibatches."""
     from ppo_settings import PPOSettings
 
-    from rlx import AlgorithmConfig
-
-    s = PPOSettings(num_envs=num_envs, horizon=32, minibatches=4)
-    return AlgorithmConfig(
-        num_envs=num_envs, horizon=s.horizon, num_sgd_iters=s.epochs, sgd_minibatch_size=num_envs * s.horizon // 4,
-        optimizer_config={"lr": s.lr}, gamma=s.gamma, gae_lambda=s.gae_lambda, clip_param=s.clip,
-        vf_clip_param=None, vf_coeff=s.vf_coeff, entropy_coeff=s.entropy_coeff, max_grad_norm=s.max_grad_norm,
-        model_config={"hiddens": [64, 64], "activation_fn": "tanh"}, device=device, seed=0, compile=compile)
+    return PPOSettings(num_envs=num_envs, horizon=32, minibatches=4).rlx_config(device, compile=compile)
 
 
 def count_dispatches(algo, warmup: int = 3) -> dict:

@@ -101,18 +101,11 @@ def part_vs_jax(dry_run: bool, out: Path) -> None:
             _emit({"part": "vs_jax", **row, "jax": "warm" if jax_side else "not installed"})
 
 
-def _algo(B: int, device: str, mode: str, num_seeds: int = 1, horizon: int = 32):
+def _algo(B: int, device: str, mode: str, num_seeds: int = 1):
     from ppo_settings import PPOSettings
 
-    from rlx import AlgorithmConfig
-
-    s = PPOSettings(num_envs=B, horizon=horizon, minibatches=4)
-    return AlgorithmConfig(
-        num_envs=B, horizon=horizon, num_sgd_iters=s.epochs, sgd_minibatch_size=B * horizon // 4,
-        optimizer_config={"lr": s.lr}, gamma=s.gamma, gae_lambda=s.gae_lambda, clip_param=s.clip, vf_clip_param=None,
-        vf_coeff=s.vf_coeff, entropy_coeff=s.entropy_coeff, max_grad_norm=s.max_grad_norm,
-        model_config={"hiddens": [64, 64], "activation_fn": "tanh"}, device=device, seed=0, num_seeds=num_seeds,
-        compile="compile" in mode, cudagraphs="cudagraphs" in mode)
+    return PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config(
+        device, compile="compile" in mode, cudagraphs="cudagraphs" in mode, num_seeds=num_seeds)
 
 
 def _profile_phase(fn, device: str) -> dict:

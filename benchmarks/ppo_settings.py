@@ -24,3 +24,16 @@ class PPOSettings:
     entropy_coeff: float = 0.0
     max_grad_norm: float = 0.5
     hidden: int = 64
+
+    def rlx_config(self, device: str, *, seed: int = 0, compile: bool = False, cudagraphs: bool = False,
+                   amp: bool = False, num_seeds: int = 1):
+        """rlx's ``AlgorithmConfig`` doing this work (64x64 tanh, no value clip)."""
+        from rlx import AlgorithmConfig
+
+        return AlgorithmConfig(
+            num_envs=self.num_envs, horizon=self.horizon, num_sgd_iters=self.epochs,
+            sgd_minibatch_size=self.num_envs * self.horizon // self.minibatches, optimizer_config={"lr": self.lr},
+            gamma=self.gamma, gae_lambda=self.gae_lambda, clip_param=self.clip, vf_clip_param=None,
+            vf_coeff=self.vf_coeff, entropy_coeff=self.entropy_coeff, max_grad_norm=self.max_grad_norm,
+            model_config={"hiddens": [self.hidden, self.hidden], "activation_fn": "tanh"}, device=device, seed=seed,
+            compile=compile, cudagraphs=cudagraphs, enable_amp=amp, num_seeds=num_seeds)

@@ -57,7 +57,6 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
     import torch
     from ppo_settings import PPOSettings
 
-    from rlx import AlgorithmConfig
     from rlx.envs import CartPole
 
     if jax_side:
@@ -84,14 +83,8 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
                     per_round.setdefault("jax", []).append({"steps_per_s": iters * B * T / wall, "compile_s": compile_s,
                                                             "return": ret, "precision": _jax_precision(device)})
                 for mode in modes:
-                    config = AlgorithmConfig(
-                        num_envs=B, horizon=T, num_sgd_iters=s.epochs, sgd_minibatch_size=B * T // nmb,
-                        optimizer_config={"lr": s.lr}, gamma=s.gamma, gae_lambda=s.gae_lambda, clip_param=s.clip,
-                        vf_clip_param=None, vf_coeff=s.vf_coeff, entropy_coeff=s.entropy_coeff,
-                        max_grad_norm=s.max_grad_norm, model_config={"hiddens": [64, 64], "activation_fn": "tanh"},
-                        device=device, seed=r, compile="compile" in mode, cudagraphs="cudagraphs" in mode,
-                        enable_amp="amp" in mode,
-                    )
+                    config = s.rlx_config(device, seed=r, compile="compile" in mode,
+                                          cudagraphs="cudagraphs" in mode, amp="amp" in mode)
                     algo = config.build(CartPole)
                     start = time.perf_counter()
                     algo.collect()

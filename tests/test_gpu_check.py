@@ -41,7 +41,7 @@ def test_a_part_past_its_limit_is_stopped_and_the_rest_still_run(tmp_path: Path)
     import gpu_check
 
     rows, _ = gpu_check._run_part("members", True, tmp_path, limit=0.5)
-    assert rows[-1]["status"] == "timed out after 0 s" or rows[-1]["status"].startswith("timed out")
+    assert rows[-1]["status"].startswith("timed out after")
     assert gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "1", "--parts", "members"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert rows[0]["status"].startswith("skipped: ") and rows[0]["part"] == "members"

@@ -45,9 +45,6 @@ CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
 F = TypeVar("F", bound=Callable[..., Any])
 
 _copies = itertools.count()
-#: Every code copy made, kept for the process's life: dynamo tracks code objects by id, and
-#: a freed copy's id, reused by a later copy, made that copy run the freed one's program.
-_code_copies: list[types.CodeType] = []
 
 
 def _own_code(fn: Any) -> Any:
@@ -68,12 +65,10 @@ def _own_code(fn: Any) -> Any:
             return fn(*args, **kwargs)
 
         code = call.__code__.replace(co_name=f"{name}_rlx{n}")
-        _code_copies.append(code)
         trampoline = types.FunctionType(code, call.__globals__, name, None, call.__closure__)
         trampoline.__wrapped__ = fn  # type: ignore[attr-defined]
         return trampoline
     code = func.__code__.replace(co_name=f"{func.__code__.co_name}_rlx{n}")
-    _code_copies.append(code)
     copy = types.FunctionType(code, func.__globals__, func.__name__, func.__defaults__, func.__closure__)
     copy.__kwdefaults__, copy.__qualname__, copy.__wrapped__ = func.__kwdefaults__, func.__qualname__, func  # type: ignore[attr-defined]
     return types.MethodType(copy, fn.__self__) if hasattr(fn, "__self__") and fn is not func else copy
@@ -109,7 +104,6 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
     # that call_warm skips.
     n = next(_copies)
     code = call.__code__.replace(co_name=f"compiled_rlx{n}")
-    _code_copies.append(code)
     call = types.FunctionType(code, call.__globals__, f"compiled_rlx{n}", None, call.__closure__)
     call.__wrapped__ = fn  # type: ignore[attr-defined]
     call.program = program  # type: ignore[attr-defined]
