@@ -233,6 +233,16 @@ def _recurrent_core(
     return nn.Sequential(*encoder, *([activation()] if hiddens else [])), cells
 
 
+def _head(fan_in: int, hiddens: list[int], out: int, activation: type[nn.Module], gain: float) -> nn.Module:
+    """A linear head (``hiddens`` empty) or an MLP head, orthogonally initialised."""
+    if hiddens:
+        return _mlp([fan_in, *hiddens, out], activation, out_gain=gain, head=True)
+    head = Float32Linear(fan_in, out)
+    nn.init.orthogonal_(head.weight, gain)
+    nn.init.zeros_(head.bias)
+    return head
+
+
 #: Recurrent cells of :class:`RecurrentActorCritic`: name -> (cell class, state tensors).
 CELLS: dict[str, tuple[type[nn.Module], int]] = {"lstm": (nn.LSTMCell, 2), "gru": (nn.GRUCell, 1)}
 
@@ -261,6 +271,13 @@ class RecurrentActorCritic(nn.Module):
         log_std_init: Initial value of the state-independent parameters.
         obs_groups: ``{"actor": [keys], "critic": [keys]}``: the top-level keys of a
             Composite observation each part reads (a missing group reads every key).
+        head_hiddens: Hidden widths of an MLP between the core and each head (empty:
+            linear heads). rsl_rl 5's ``RNNModel`` is ``hiddens=[]`` (the core reads
+            the observation) with its ``hidden_dims`` here.
+        separate_critic: The critic gets its own encoder, core and state even when it
+            reads the actor's keys (rsl_rl's actor and critic are separate networks).
+        critic_head_hiddens: The critic head's hidden widths, when they differ from
+            ``head_hiddens``.
     """
 
     def __init__(
@@ -277,9 +294,15 @@ class RecurrentActorCritic(nn.Module):
         num_layers: int = 1,
         log_std_init: float = 0.0,
         obs_groups: dict[str, list[str]] | None = None,
+        head_hiddens: Sequence[int] = (),
+        separate_critic: bool = False,
+        critic_head_hiddens: Sequence[int] | None = None,
     ) -> None:
         super().__init__()
         activation = _activation(activation_fn)
+        head_widths = _widths(head_hiddens, allow_empty=True, name="head_hiddens")
+        critic_head_widths = head_widths if critic_head_hiddens is None else _widths(
+            critic_head_hiddens, allow_empty=True, name="critic_head_hiddens")
         if cell not in CELLS:
             raise ValueError(f"model_config.cell={cell!r} is not one of {sorted(CELLS)}")
         hiddens = _widths(hiddens, allow_empty=True)
@@ -292,7 +315,7 @@ class RecurrentActorCritic(nn.Module):
         groups = obs_groups or {}
         self.actor_spec = group_spec(observation_spec, groups.get("actor"))
         self.critic_spec = group_spec(observation_spec, groups.get("critic"))
-        self.separate_critic = self.actor_spec is not self.critic_spec
+        self.separate_critic = bool(separate_critic) or self.actor_spec is not self.critic_spec
         self.encoder, self.cells = _recurrent_core(
             obs_feature_size(self.actor_spec), hiddens, activation, cell_cls, hidden_size, num_layers
         )
@@ -301,12 +324,9 @@ class RecurrentActorCritic(nn.Module):
                 obs_feature_size(self.critic_spec), hiddens, activation, cell_cls, hidden_size, num_layers
             )
         num_dependent, num_independent = num_params
-        self.actor = Float32Linear(hidden_size, num_dependent)
-        nn.init.orthogonal_(self.actor.weight, 0.01)
-        nn.init.zeros_(self.actor.bias)
-        self.critic = Float32Linear(hidden_size, 1)
-        nn.init.orthogonal_(self.critic.weight, 1.0)
-        nn.init.zeros_(self.critic.bias)
+        # Linear heads keep the names they had before head_hiddens existed: checkpoints load.
+        self.actor = _head(hidden_size, head_widths, num_dependent, activation, 0.01)
+        self.critic = _head(hidden_size, critic_head_widths, 1, activation, 1.0)
         self.log_std = (
             nn.Parameter(torch.full((num_independent,), float(log_std_init))) if num_independent else None
         )
@@ -355,6 +375,19 @@ class RecurrentActorCritic(nn.Module):
         core = torch.stack(actor_out, dim=1)  # [B, L, H]
         head = self._with_log_std(self.actor(core))  # [B, L, S + I]
         return head, self.critic(torch.stack(critic_out, dim=1) if critic_out else core), state
+
+    def actor_parameters(self) -> list[nn.Parameter]:
+        """The parameters that shape the action distribution (the shared core included)."""
+        return [*self.encoder.parameters(), *self.cells.parameters(), *self.actor.parameters(),
+                *([self.log_std] if self.log_std is not None else [])]
+
+    def critic_parameters(self) -> list[nn.Parameter]:
+        """The value function's parameters (the shared core included, without a separate critic)."""
+        if self.separate_critic:
+            core = [*self.critic_encoder.parameters(), *self.critic_cells.parameters()]
+        else:
+            core = [*self.encoder.parameters(), *self.cells.parameters()]
+        return [*core, *self.critic.parameters()]
 
     def _with_log_std(self, head: Tensor) -> Tensor:
         """``[B, L, S]`` head outputs, then the state-independent parameters (``[B, L, S + I]``)."""

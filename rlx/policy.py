@@ -115,7 +115,8 @@ class PolicyBase(nn.Module):
         model_config: Keyword arguments for ``model_cls``.
         distribution_cls: Action distribution; defaults from the action spec.
         normalize_obs: Keep a running mean/std of every floating observation entry and
-            feed the model normalized observations.
+            feed the model normalized observations; the top-level keys a model lists in
+            a ``raw_obs_keys`` attribute (:class:`~rlx.cnn.CNNActorCritic`'s images) stay raw.
         device: Device of the parameters.
         obs_groups: ``{"actor": [keys], "critic": [keys]}``: the top-level keys of a
             Composite observation the actor and the critic read (see
@@ -170,7 +171,10 @@ class PolicyBase(nn.Module):
         self._norm_keys: dict[str, tuple[str, ...]] = {}
         self.obs_normalizers = nn.ModuleDict()
         if normalize_obs:
+            raw = set(getattr(self.model, "raw_obs_keys", None) or ())  # a model's images, say
             for path, spec in _float_leaves(observation_spec).items():
+                if path[:1] and path[0] in raw:
+                    continue
                 name = "__".join(path) or "obs"
                 self._norm_keys[name] = path
                 self.obs_normalizers[name] = RunningMeanStd(

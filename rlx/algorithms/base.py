@@ -442,7 +442,10 @@ class Algorithm(MemberValues, ABC):
             self.validate()
         # The rollout itself is not saved: a step() must follow a new collect().
         self._buffered = False
-        if self.world_size > 1:
+        saved_envs = state.get("episode_return")
+        if self.world_size > 1 or (isinstance(saved_envs, Tensor) and saved_envs.shape[0] != self.num_envs):
+            # Under torchrun, or from a run with another number of envs (a play script's
+            # few): the shared state is loaded, the envs start afresh.
             self._load_per_rank_state_fresh(state)
             return
         self.reward_scaler.load_state_dict(state["reward_scaler"])
@@ -479,7 +482,8 @@ class Algorithm(MemberValues, ABC):
                     self.optimizer.state[p]["step"] = step.to(device=device, dtype=torch.float32)
 
     def _load_per_rank_state_fresh(self, state: dict[str, Any]) -> None:
-        """Resume under torchrun: the shared state was loaded; per-rank state restarts.
+        """Resume under torchrun (or with another number of envs): the shared state was
+        loaded; per-rank (per-env) state restarts.
 
         A checkpoint holds rank 0's envs, partial episodes and RNG. Other ranks (and any
         number of ranks) cannot continue those, so every rank resets its envs, zeroes its

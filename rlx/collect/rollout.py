@@ -103,8 +103,8 @@ class Rollout:
     # -- build -------------------------------------------------------------------------
 
     def validate(self) -> None:
-        """Reset the env, probe the policy, act once, step once, check every output
-        against the specs, then allocate the buffer.
+        """Reset the env, probe the policy, act once, step once (unless the env lists its
+        ``step_output_keys``), check every output against the specs, then allocate the buffer.
 
         Raises:
             EnvOutputError: naming the offending key, its shape and the expected one.
@@ -129,10 +129,13 @@ class Rollout:
             raise EnvOutputError(f"policy 'logp' has shape {list(act.logp.shape)}, expected {[B, 1]}")
         if not action_spec.is_in(act.env_actions):
             raise EnvOutputError(f"policy env actions fall outside {name}.action_spec")
-        out = env.step(act.env_actions)
-        check_step_output(out, obs_spec, B, where=f"{name}.step()")
-        check_devices(out, self.device, where=f"{name}.step()")
-        self.terminates, self.truncates = TERMINATED in out.keys(), TRUNCATED in out.keys()
+        keys = getattr(env, "step_output_keys", None)  # an adapter that must not step outside training says
+        if keys is None:
+            out = env.step(act.env_actions)
+            check_step_output(out, obs_spec, B, where=f"{name}.step()")
+            check_devices(out, self.device, where=f"{name}.step()")
+            keys = out.keys()
+        self.terminates, self.truncates = TERMINATED in keys, TRUNCATED in keys
         if self.buffer is None:
             self._allocate()
 

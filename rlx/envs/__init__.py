@@ -8,6 +8,7 @@ from rlx.envs.dummy import ContinuousDummyEnv, DiscreteDummyEnv
 from rlx.envs.memory import CueRecall
 from rlx.envs.mountain_car import MountainCarContinuous
 from rlx.envs.pendulum import Pendulum
+from rlx.envs.pixel_reach import PixelReach
 from rlx.envs.point_mass import PointMass
 from rlx.envs.check import check_env
 from rlx.envs.gymnasium import GymnasiumEnv
@@ -27,6 +28,7 @@ __all__ = [
     "DiscreteDummyEnv",
     "MountainCarContinuous",
     "Pendulum",
+    "PixelReach",
     "PointMass",
     *TOOLS,
 ]

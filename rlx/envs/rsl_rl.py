@@ -61,13 +61,21 @@ class RslRlVecEnv(Env):
         device: Must be the VecEnv's device.
         make_env: ``make_env(num_envs, device)`` returning the VecEnv, or its import path
             (``"my_pkg.envs:make_env"``); usually bound with :meth:`factory`.
+        reset_env: Whether :meth:`reset` calls the VecEnv's ``reset()``. rsl_rl's runner
+            never does (Isaac Lab's wrapper resets at construction; the envs reset
+            themselves in ``step``): :class:`rlx.runners.OnPolicyRunner` passes False, and
+            a reset then only reads ``get_observations()``.
     """
 
     factory_kwargs: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, num_envs: int, /, horizon: int | None = None, *, device: Any = "cpu",
-                 make_env: Callable[[int, torch.device], Any] | str | None = None) -> None:
+                 make_env: Callable[[int, torch.device], Any] | str | None = None,
+                 reset_env: bool | None = None) -> None:
         super().__init__(num_envs, horizon, device=device)
+        self.reset_env = bool(self.factory_kwargs.get("reset_env", True) if reset_env is None else reset_env)
+        if not self.reset_env:  # rsl_rl's runner steps the env only to train: no probing step at build
+            self.step_output_keys = (OBS, REWARDS, TERMINATED, TRUNCATED, FINAL_OBS)
         make_env = resolve_make_env(make_env or self.factory_kwargs.get("make_env"), "RslRlVecEnv")
         self.vec_env = make_env(num_envs, self.device)
         #: Spread the VecEnv's episode clocks (``episode_length_buf``) at the next reset:
@@ -94,13 +102,13 @@ class RslRlVecEnv(Env):
         self._log_counts: dict[str, Tensor] = {}
 
     @classmethod
-    def factory(cls, make_env: Callable[[int, torch.device], Any] | str) -> type[RslRlVecEnv]:
-        """An env class bound to ``make_env``, usable wherever an env class is.
+    def factory(cls, make_env: Callable[[int, torch.device], Any] | str, *, reset_env: bool = True) -> type[RslRlVecEnv]:
+        """An env class bound to ``make_env`` (and ``reset_env``), usable wherever an env class is.
 
         Example:
             >>> algo = AlgorithmConfig(num_envs=4096, obs_groups={"actor": ["policy"]}).build(RslRlVecEnv.factory(make))
         """
-        return bound_env_class(cls, make_env, {"make_env": make_env})
+        return bound_env_class(cls, make_env, {"make_env": make_env, **({} if reset_env else {"reset_env": False})})
 
     def _groups(self, obs: Tensor | TensorDictBase, extras: dict[str, Any] | None) -> TensorDict:
         """Both forms as one TensorDict of groups, float32, on the device."""
@@ -117,7 +125,7 @@ class RslRlVecEnv(Env):
         return self._groups(*_split(observations))
 
     def reset(self, *, config: dict[str, Any] | None = None) -> TensorDict:
-        if callable(getattr(self.vec_env, "reset", None)):
+        if self.reset_env and callable(getattr(self.vec_env, "reset", None)):
             self.vec_env.reset()
         if self.randomize_episode_lengths_at_reset:
             self.randomize_episode_lengths()

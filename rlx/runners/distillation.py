@@ -42,6 +42,7 @@ from rlx.core.yaml_types import config_to_dict
 from rlx.envs.rsl_rl import RslRlVecEnv
 from rlx.run.checkpoint import load_checkpoint, save_checkpoint_atomic
 from rlx.runners.on_policy import OnPolicyRunner
+from rlx.runners.rsl_rl_alg import RslRlAlgorithm
 from rlx.runners.rsl_rl_cfg import distillation_config_from_rsl_rl, rsl_rl_teacher_cfg, teacher_kind
 
 __all__ = ["DistillationRunner"]
@@ -119,7 +120,10 @@ class DistillationRunner(OnPolicyRunner):
             config = distillation_config_from_rsl_rl(self.cfg, self.env.num_envs, self.device, teacher=tmp,
                                                      teacher_rsl_rl_cfg=rsl_rl_teacher_cfg(self.cfg) if rsl_rl else None)
             env = self.env
-            self.alg = config.build(RslRlVecEnv.factory(lambda num_envs, device: env))
+            algorithm = config.build(RslRlVecEnv.factory(lambda num_envs, device: env, reset_env=False))
+            groups = config.obs_groups or {}
+            self.alg = RslRlAlgorithm(algorithm, {"actor": groups.get("actor", ["policy"]),
+                                                  "critic": groups.get("critic", ["policy"])})
         finally:
             os.unlink(tmp)
         self.config, self._teacher = config, teacher

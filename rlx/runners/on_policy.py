@@ -8,14 +8,17 @@ An Isaac Lab, mjlab or Genesis training script switches by changing one import::
     runner.learn(num_learning_iterations=agent_cfg.max_iterations, init_at_random_ep_len=True)
 
 ``env`` is the script's rsl_rl ``VecEnv``; ``train_cfg`` its dict
-(:func:`~rlx.runners.rsl_rl_cfg.algorithm_config_from_rsl_rl` maps it). ``learn``,
-``save``, ``load``, ``get_inference_policy``, ``export_policy_to_jit`` and
-``export_policy_to_onnx`` take rsl_rl's arguments. Checkpoints are rlx's (algorithm
-state, iteration, the ``train_cfg``), written atomically as ``model_<it>.pt`` in
-``log_dir`` every ``save_interval`` iterations and at the end; TensorBoard events go to
-``log_dir`` when ``logger`` is ``"tensorboard"`` (the default), and every iteration's
-statistics (the env's ``extras["log"]`` included, as ``env/...``) to a Weights & Biases
-run when it is ``"wandb"`` (``wandb_project``, ``run_name``; ``pip install 'rlx[wandb]'``).
+(:func:`~rlx.runners.rsl_rl_cfg.algorithm_config_from_rsl_rl` maps it: MLP, RNN and CNN
+models). ``learn``, ``save``, ``load``, ``get_inference_policy``, ``export_policy_to_jit``
+and ``export_policy_to_onnx`` take rsl_rl's arguments and number iterations as rsl_rl
+does; ``alg`` is rsl_rl 5's algorithm interface (:mod:`rlx.runners.rsl_rl_alg`) and
+``logger`` its logger's attributes. Checkpoints are rlx's (algorithm state, iteration,
+the ``train_cfg``), written atomically as ``model_<it>.pt`` in ``log_dir``; ``load``
+also reads rsl_rl's (:mod:`rlx.runners.rsl_rl_checkpoint`). TensorBoard events go to
+``log_dir`` under rsl_rl's tags when ``logger`` is ``"tensorboard"`` (the default), and
+every iteration's statistics (the env's ``extras["log"]`` included, as ``env/...``) to a
+Weights & Biases run when it is ``"wandb"`` (``wandb_project``, ``run_name``;
+``pip install 'rlx[wandb]'``). docs/envs.md lists what differs from rsl_rl.
 """
 
 from __future__ import annotations
@@ -36,7 +39,9 @@ from rlx.core import distributed as rdist
 from rlx.envs.rsl_rl import RslRlVecEnv
 from rlx.run.checkpoint import load_checkpoint, save_checkpoint_atomic
 from rlx.core.yaml_types import config_to_dict
+from rlx.runners.rsl_rl_alg import ModelView, RslRlAlgorithm
 from rlx.runners.rsl_rl_cfg import algorithm_config_from_rsl_rl
+from rlx.runners.rsl_rl_logging import RunnerLogger, join_torchrun as _join_torchrun, obs_sets as _obs_sets, rsl_rl_tags
 
 __all__ = ["OnPolicyRunner"]
 
@@ -55,13 +60,17 @@ class OnPolicyRunner:
     def __init__(self, env: Any, train_cfg: dict[str, Any], log_dir: str | None = None, device: str = "cpu") -> None:
         self._open(env, train_cfg, log_dir, device)
         self.config = algorithm_config_from_rsl_rl(self.cfg, env.num_envs, self.device, env=env)
-        self.alg = self.config.build(RslRlVecEnv.factory(lambda num_envs, device: env))
+        algorithm = self.config.build(RslRlVecEnv.factory(lambda num_envs, device: env, reset_env=False))
+        self.alg = RslRlAlgorithm(algorithm, _obs_sets(self.cfg, algorithm.env.observation_spec.keys()))
         self._open_logger()
 
     def _open(self, env: Any, train_cfg: dict[str, Any], log_dir: str | None, device: str) -> None:
         """What every runner keeps of its arguments; the logger's name checked."""
         self.env, self.cfg, self.device = env, copy.deepcopy(dict(train_cfg)), str(device)
+        _join_torchrun(self.device)
         self.log_dir = Path(log_dir) if log_dir is not None else None
+        #: rsl_rl's ``runner.logger``: ``log_dir`` (a str or None), ``writer`` and ``git_status_repos``.
+        self.logger = RunnerLogger(log_dir)
         logger = self.cfg.get("logger", "tensorboard")
         logger = logger.get("class_name") if isinstance(logger, dict) else logger
         self._logger = {"TensorboardLogWriter": "tensorboard", "WandbLogWriter": "wandb"}.get(logger, logger)
@@ -69,11 +78,17 @@ class OnPolicyRunner:
             raise ConfigError(f"train_cfg['logger']: {logger!r} is not supported yet (tensorboard and wandb are)")
         self.save_interval = int(self.cfg.get("save_interval", 50))
         self.current_learning_iteration = 0
-        self._writer = self._wandb = None
-        #: Files whose git repositories' state the first logged iteration records (rsl_rl's
-        #: ``git_status_repos``; rlx's own first).
-        self.git_status_repos: list[str] = [__file__]
+        self._wandb = None
         self._code_state_stored = False
+
+    @property
+    def git_status_repos(self) -> list[str]:
+        """Files whose git repositories' state the first logged iteration records (rlx's own first)."""
+        return self.logger.git_status_repos
+
+    @property
+    def _writer(self) -> Any:
+        return self.logger.writer
 
     @property
     def is_distributed(self) -> bool:
@@ -83,7 +98,7 @@ class OnPolicyRunner:
     def add_git_repo_to_log(self, repo_file_path: str) -> None:
         """Record the git state (status and diff) of the repository holding
         ``repo_file_path`` in ``log_dir/git/`` when training starts, as rsl_rl does."""
-        self.git_status_repos.append(str(repo_file_path))
+        self.logger.git_status_repos.append(str(repo_file_path))
 
     def _store_code_state(self) -> None:
         """``log_dir/git/<repo>.diff`` for each recorded repository, once (rank 0)."""
@@ -95,22 +110,29 @@ class OnPolicyRunner:
 
     def _open_logger(self) -> None:
         """The TensorBoard writer or W&B run (with :attr:`config`), once."""
-        if self._writer is not None or self._wandb is not None:
+        if self.logger.writer is not None or self._wandb is not None or rdist.rank() != 0:
             return
         if self._logger == "wandb":
-            self._wandb = _wandb_run(self.cfg, self.log_dir, self.config)
+            self._wandb = self.logger.writer = _wandb_run(self.cfg, self.log_dir, self.config)
         elif self.log_dir is not None and self._logger is not None:
             try:
                 from torch.utils.tensorboard import SummaryWriter
             except ImportError:  # tensorboard is an optional extra
                 SummaryWriter = None
             if SummaryWriter is not None:
-                self._writer = SummaryWriter(str(self.log_dir))
+                self.logger.writer = SummaryWriter(str(self.log_dir))
 
     def learn(self, num_learning_iterations: int, init_at_random_ep_len: bool = False) -> None:
         """Train ``num_learning_iterations`` iterations (collect, then update) from where
         the runner is; ``init_at_random_ep_len`` spreads the envs' episode clocks first
-        (rsl_rl's exploration trick), then resets the collect on them."""
+        (rsl_rl's exploration trick). The env is never reset: the first collect starts
+        from ``get_observations()``, as rsl_rl's runner does.
+
+        Iterations are numbered as rsl_rl numbers them: they run from
+        :attr:`current_learning_iteration` on, which then holds the last one's number
+        (``learn(3)`` from a new runner runs 0, 1, 2 and leaves 2; a following ``learn``
+        starts from 2 again, as rsl_rl's does); ``model_<it>.pt`` is written where
+        ``it % save_interval == 0`` and after the last iteration."""
         if init_at_random_ep_len:
             adapter = self.alg.env
             if self.alg.resets_next_collect:  # after the reset it opens with (which would zero the clocks)
@@ -118,33 +140,33 @@ class OnPolicyRunner:
             else:
                 adapter.randomize_episode_lengths()
         self._store_code_state()
-        end = self.current_learning_iteration + int(num_learning_iterations)
-        while self.current_learning_iteration < end:
+        self.alg.policy.train()
+        start_it = self.current_learning_iteration
+        for it in range(start_it, start_it + int(num_learning_iterations)):
             start = time.perf_counter()
             stats = {**self.alg.collect(), **self.alg.step()}
-            self.current_learning_iteration += 1
-            it = self.current_learning_iteration
+            self.current_learning_iteration = it
             self._log(it, stats, time.perf_counter() - start)
             if self.log_dir is not None and self.save_interval and it % self.save_interval == 0:
                 self.save(str(self.log_dir / f"model_{it}.pt"))
         if self.log_dir is not None:
             self.save(str(self.log_dir / f"model_{self.current_learning_iteration}.pt"))
-            if self._writer is not None:
-                self._writer.flush()
+            if self.logger.writer is not None and hasattr(self.logger.writer, "flush"):
+                self.logger.writer.flush()
 
     def close(self) -> None:
         """Finish the logger's run (W&B's ``finish``; TensorBoard's files are closed)."""
         if self._wandb is not None:
             self._wandb.finish()
             self._wandb = None
-        if self._writer is not None:
-            self._writer.close()
-            self._writer = None
+        elif self.logger.writer is not None:
+            self.logger.writer.close()
+        self.logger.writer = None
 
     def _log(self, it: int, stats: dict[str, float], seconds: float) -> None:
         finite = {k: v for k, v in stats.items() if isinstance(v, float) and math.isfinite(v)}
-        if self._writer is not None:
-            for key, value in finite.items():
+        if self._writer is not None and self._wandb is None:
+            for key, value in rsl_rl_tags(finite, self.alg, seconds).items():
                 self._writer.add_scalar(key, value, it)
         if self._wandb is not None:
             self._wandb.log({**finite, "env_steps": self.alg.env_steps}, step=it, commit=True)
@@ -163,51 +185,78 @@ class OnPolicyRunner:
 
     def load(self, path: str, load_cfg: dict[str, Any] | None = None, strict: bool = True,
              map_location: str | None = None) -> dict[str, Any] | None:
-        """Restore what :meth:`save` wrote (the next :meth:`learn` continues exactly);
-        returns its ``infos``. ``load_cfg``, ``strict`` and ``map_location`` are rsl_rl's
-        arguments: rlx always loads everything, strictly, onto the runner's device."""
+        """Restore a checkpoint; returns its ``infos``.
+
+        * Without ``load_cfg``: everything :meth:`save` wrote; the next :meth:`learn`
+          continues exactly. A runner with another number of envs (a play script's 50)
+          takes the shared state (policy, optimizer, normalizers, counters) and starts
+          its envs afresh.
+        * With ``load_cfg`` (rsl_rl's ``{"actor", "critic", "optimizer", "iteration"}``
+          flags): those parts alone; ``strict`` as in ``load_state_dict``.
+        * An rsl_rl checkpoint (``actor_state_dict``, or 3.x/4.x's ``model_state_dict``):
+          its networks, normalizers and (when they match) optimizer state, mapped onto
+          rlx's model (:mod:`rlx.runners.rsl_rl_checkpoint`).
+
+        ``map_location`` is accepted; tensors always land on the runner's device.
+        """
         state = load_checkpoint(path)
         if state.get("format") != RUNNER_CHECKPOINT:
-            raise ValueError(f"{path}: not an rlx OnPolicyRunner checkpoint (format {state.get('format')!r})")
-        self.alg.load_state_dict(state["algorithm"])
-        self.current_learning_iteration = int(state["iter"])
+            from rlx.runners.rsl_rl_checkpoint import is_rsl_rl_checkpoint, rsl_rl_to_rlx
+
+            if not is_rsl_rl_checkpoint(state):
+                raise ValueError(f"{path}: neither an rlx OnPolicyRunner checkpoint nor an rsl_rl one (keys "
+                                 f"{sorted(state)[:8]})")
+            loaded = rsl_rl_to_rlx(state, self.alg, where=str(path))
+        elif load_cfg is None:
+            self.alg.load_state_dict(state["algorithm"])
+            self.current_learning_iteration = int(state["iter"])
+            return state.get("infos")
+        else:
+            policy = state["algorithm"]["policy"]
+            loaded = {"iter": state["iter"], "optimizer_state_dict": state["algorithm"]["optimizer"]}
+            for part in ("actor", "critic"):
+                keys = getattr(self.alg, part).state_dict().keys()
+                loaded[f"{part}_state_dict"] = {k: policy[k] for k in keys if k in policy}
+        if self.alg.load(loaded, load_cfg, strict):
+            self.current_learning_iteration = int(loaded["iter"])
         return state.get("infos")
 
-    def get_inference_policy(self, device: str | None = None) -> Callable[[TensorDictBase], Tensor]:
-        """``policy(obs) -> actions``: the deterministic policy on the VecEnv's
-        observations (its TensorDict of groups)."""
-        policy = self.alg.policy if device is None else self.alg.policy.to(device)
-        groups = self.alg.env.groups
-
-        def act(obs: TensorDictBase) -> Tensor:
-            with torch.no_grad():
-                return policy.act(groups(obs), deterministic=True).env_actions
-
-        return act
+    def get_inference_policy(self, device: str | None = None) -> ModelView:
+        """The actor as rsl_rl's policy model (:class:`~rlx.runners.rsl_rl_alg.ModelView`):
+        ``policy(obs)`` takes the VecEnv's observations and returns the deterministic
+        actions, ``policy.reset(dones)`` restarts a recurrent policy's state for the envs
+        that ended (a no-op otherwise). Puts the policy in eval mode, as rsl_rl does."""
+        self.alg.eval_mode()
+        policy = self.alg.get_policy()
+        return policy.to(device) if device is not None else policy
 
     def export_policy_to_jit(self, path: str, filename: str = "policy.pt") -> None:
-        """TorchScript of the deterministic policy, taking the actor group's tensor."""
-        self._export(Path(path) / filename, "jit")
+        """TorchScript of the deterministic actor, as rsl_rl exports it: ``forward(obs)``
+        on the actor's observation groups concatenated in ``obs_groups`` order (the
+        normalizer inside), and ``reset()`` (a recurrent policy's one-env state)."""
+        module = self.alg.get_policy().as_jit().eval()
+        example = module.get_dummy_inputs()
+        traced = torch.jit.trace_module(module, {"forward": example, "reset": ()}, check_trace=False)
+        out = Path(path) / filename
+        out.parent.mkdir(parents=True, exist_ok=True)
+        traced.save(str(out))
 
     def export_policy_to_onnx(self, path: str, filename: str = "policy.onnx", verbose: bool = False) -> None:
-        """ONNX of the deterministic policy (``pip install 'rlx[onnx]'``): one input per
-        observation group the actor reads, in sorted order."""
-        self._export(Path(path) / filename, "onnx")
+        """ONNX of the deterministic actor (``pip install 'rlx[onnx]'``), as rsl_rl names
+        it: input ``obs`` (the actor's groups concatenated in ``obs_groups`` order; the
+        batch dimension dynamic), output ``actions``; checked against the eager policy
+        with onnxruntime when it is installed."""
+        from rlx.run.export import _check_onnx, _require_onnx
 
-    def _export(self, out: Path, kind: str) -> None:
-        from rlx.run.export import DeployedPolicy, export_onnx
-
+        _require_onnx()
+        module = self.alg.get_policy().as_onnx(verbose=verbose).eval()
+        out = Path(path) / filename
         out.parent.mkdir(parents=True, exist_ok=True)
-        if kind == "onnx":
-            export_onnx(self.alg.policy, out)
-            return
-        keys = self.alg.policy.actor_obs_keys or []
-        if len(keys) != 1:
-            raise ValueError(f"export_policy_to_jit: the actor reads {keys}; TorchScript export takes one group")
-        policy = copy.deepcopy(self.alg.policy).cpu()  # SYNC: export copies the policy to the CPU, once
-        module = _OneGroup(DeployedPolicy(policy, deterministic=True), keys[0])
-        example = self.alg.policy.observation_spec[keys[0]].zero((2,)).cpu()  # SYNC: export
-        torch.jit.trace(module, (example,), check_trace=False).save(str(out))
+        example = module.get_dummy_inputs()
+        torch.onnx.export(module, (example[0].repeat(3, 1),), str(out), input_names=module.input_names,
+                          output_names=module.output_names, dynamo=True,
+                          dynamic_shapes=({0: torch.export.Dim("batch")},), verbose=verbose)
+        _check_onnx(out, module, (torch.randn(64, example[0].shape[1]),), module.input_names)
 
 
 def _store_git_state(path: Path, out_dir: Path) -> None:
@@ -247,17 +296,5 @@ def _wandb_run(cfg: dict[str, Any], log_dir: Path | None, config: Any) -> Any:
 
     return wandb.init(project=project, name=cfg.get("run_name") or None,
                       dir=str(log_dir) if log_dir is not None else None,
-                      config={"train_cfg": cfg, "rlx": config_to_dict(config)}, reinit="finish_previous")
-
-
-class _OneGroup(torch.nn.Module):
-    """A deployed policy called with the one observation group its actor reads."""
-
-    def __init__(self, deployed: torch.nn.Module, key: str) -> None:
-        super().__init__()
-        self.deployed, self.key = deployed, key
-
-    def forward(self, obs: Tensor) -> Tensor:
-        from tensordict import TensorDict
-
-        return self.deployed(TensorDict({self.key: obs}, batch_size=obs.shape[:1]))
+                      config={"train_cfg": cfg, "rlx": config_to_dict(config)}, reinit="finish_previous",
+                      tags=list(cfg.get("wandb_tags") or []) or None)

@@ -21,10 +21,11 @@ does the same; the gradient is clipped per network (rsl_rl's rule:
 (``kl_adaptive_lr_per_minibatch``, rsl_rl's placement) and rewards are not scaled
 (rsl_rl scales none). ``symmetry_cfg`` maps to rlx's mirror (:class:`RslRlMirror` around
 its ``data_augmentation_func``), ``symmetry_augment`` and ``mirror_loss_coeff``; ``rnd_cfg``
-to rlx's ``rnd`` (:mod:`rlx.algorithms.rnd`), its state the ``rnd_state`` observation group. A field
-rlx cannot honour is a :class:`~rlx.config.ConfigError` naming it and why; fields that
-only steer rsl_rl's own bookkeeping (names, loggers' projects, resume paths) are read
-by the runner or ignored.
+to rlx's ``rnd`` (:mod:`rlx.algorithms.rnd`), its state the ``rnd_state`` observation group. The networks
+map by :mod:`rlx.runners.rsl_rl_models` (MLP, RNN and CNN models). A field rlx cannot
+honour is a :class:`~rlx.config.ConfigError` naming it and why; top-level keys rlx does
+not read (names, loggers' projects, resume paths, newer versions' fields) are taken with
+a warning, as rsl_rl's runner ignores them.
 
 :func:`distillation_config_from_rsl_rl` reads the ``train_cfg`` of rsl_rl's
 ``DistillationRunner`` (``algorithm.class_name: Distillation``) the same way, for
@@ -38,7 +39,8 @@ from typing import Any
 
 import torch
 
-from rlx.config import AlgorithmConfig, ConfigError, DistillationConfig
+from rlx.config import AlgorithmConfig, ConfigError, DistillationConfig, RecurrentAlgorithmConfig
+from rlx.runners.rsl_rl_models import networks_from_rsl_rl
 
 __all__ = ["RslRlMirror", "algorithm_config_from_rsl_rl", "distillation_config_from_rsl_rl", "distillation_from_rsl_rl",
            "rsl_rl_teacher_cfg", "run_config_from_rsl_rl", "teacher_kind"]
@@ -86,7 +88,27 @@ class RslRlMirror:
 #: Top-level keys that only steer rsl_rl's bookkeeping, and the runner reads or leaves.
 BOOKKEEPING = {"experiment_name", "run_name", "logger", "wandb_project", "neptune_project", "resume", "load_run",
                "load_checkpoint", "max_iterations", "save_interval", "class_name", "device", "seed", "multi_gpu",
-               "check_for_nan", "clip_actions", "upload_model", "log_project_name"}
+               "check_for_nan", "clip_actions", "upload_model", "log_project_name", "init_at_random_ep_len",
+               "wandb_tags"}
+#: Top-level keys the PPO mapping reads (besides the networks).
+MAPPED = BOOKKEEPING | {"num_steps_per_env", "obs_groups", "algorithm", "empirical_normalization", "torch_compile_mode"}
+_WARNED: set[str] = set()
+
+
+def warn_ignored(cfg: dict[str, Any], read: set[str]) -> None:
+    """Warn once per key about top-level keys rlx does not read. rsl_rl's runner ignores
+    keys it does not know (a newer version's fields, a project's own), so rlx takes them
+    too, and says so. Isaac Lab's ``init_at_random_ep_len`` and mjlab's ``wandb_tags`` are
+    read (the second tags the W&B run)."""
+    ignored = sorted(set(cfg) - read - _WARNED)
+    if ignored:
+        import warnings
+
+        _WARNED.update(ignored)
+        warnings.warn(f"train_cfg: rlx ignores {ignored} (keys it does not map; rsl_rl's runner ignores unknown keys "
+                      "too)", stacklevel=3)
+
+
 ALGORITHM_KEYS = {"class_name", "num_learning_epochs", "num_mini_batches", "clip_param", "use_clipped_value_loss",
                   "value_loss_coef", "entropy_coef", "learning_rate", "schedule", "desired_kl", "gamma", "lam",
                   "max_grad_norm", "optimizer", "normalize_advantage_per_mini_batch", "use_mixed_precision",
@@ -116,40 +138,6 @@ def _check_network(net: dict[str, Any]) -> None:
         _fail(f"{net['where']}]['init_noise_std'", f"must be > 0, got {net['init_std']}")
 
 
-def _networks(cfg: dict[str, Any]) -> dict[str, Any]:
-    """hidden sizes, activation, initial std and normalization of either layout."""
-    if "policy" in cfg:  # 3.x / 4.x
-        policy = dict(cfg["policy"])
-        name = policy.get("class_name", "ActorCritic")
-        if name not in ("ActorCritic", "ActorCriticRecurrent"):
-            _fail("'policy']['class_name'", f"{name!r} is not supported (ActorCritic is)")
-        if name == "ActorCriticRecurrent":
-            _fail("'policy']['class_name'", "ActorCriticRecurrent: use rlx's RecurrentAlgorithmConfig directly")
-        actor_norm = policy.get("actor_obs_normalization", cfg.get("empirical_normalization", False))
-        critic_norm = policy.get("critic_obs_normalization", cfg.get("empirical_normalization", False))
-        return {"actor": list(policy["actor_hidden_dims"]), "critic": list(policy["critic_hidden_dims"]),
-                "activation": policy.get("activation", "elu"), "init_std": float(policy.get("init_noise_std", 1.0)),
-                "std_type": policy.get("noise_std_type", "scalar"), "norm": (bool(actor_norm), bool(critic_norm)),
-                "where": "'policy'"}
-    actor, critic = dict(cfg.get("actor") or {}), dict(cfg.get("critic") or {})
-    if not actor or not critic:
-        _fail("'actor'/'critic'", "a train_cfg needs either a 'policy' section (rsl_rl 3.x/4.x) or 'actor' and "
-                                  "'critic' sections (rsl_rl 5.x)")
-    for name, section in (("actor", actor), ("critic", critic)):
-        if section.get("class_name", "MLPModel") != "MLPModel":
-            _fail(f"'{name}']['class_name'", f"{section['class_name']!r} is not supported (MLPModel is)")
-    if actor.get("activation", "elu") != critic.get("activation", "elu"):
-        _fail("'critic']['activation'", f"{critic.get('activation')!r} differs from the actor's "
-                                        f"{actor.get('activation')!r}: rlx's model takes one activation")
-    dist = dict(actor.get("distribution_cfg") or {})
-    init_std = dist.get("init_std", actor.get("init_noise_std", 1.0))
-    return {"actor": list(actor.get("hidden_dims", (256, 256, 256))), "critic": list(critic.get("hidden_dims", (256, 256, 256))),
-            "activation": actor.get("activation", "elu"), "init_std": float(init_std),
-            "std_type": dist.get("std_type", actor.get("noise_std_type", "scalar")),
-            "norm": (bool(actor.get("obs_normalization", False)), bool(critic.get("obs_normalization", False))),
-            "where": "'actor'"}
-
-
 def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str = "cpu",
                                  env: Any = None) -> AlgorithmConfig:
     """The :class:`~rlx.config.AlgorithmConfig` that trains as rsl_rl's runner would with
@@ -159,15 +147,11 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
     Raises:
         ConfigError: a field rlx cannot honour, naming it and why.
     """
-    known = BOOKKEEPING | ALGORITHM_KEYS | {"num_steps_per_env", "obs_groups", "algorithm", "policy", "actor",
-                                            "critic", "empirical_normalization", "torch_compile_mode"}
     alg = dict(cfg.get("algorithm") or {})
     if alg.get("class_name", "PPO") != "PPO":
         _fail("'algorithm']['class_name'", f"{alg['class_name']!r} is not supported (PPO is; a Distillation "
                                            "train_cfg goes to rlx.runners.DistillationRunner, as to rsl_rl's)")
-    unknown = sorted(set(cfg) - known)
-    if unknown:
-        _fail(repr(unknown[0]), f"unknown field (rlx maps {sorted(known - BOOKKEEPING)})")
+    warn_ignored(cfg, MAPPED | {"policy", "actor", "critic"})
     for key in sorted(set(alg) - ALGORITHM_KEYS):
         _fail(f"'algorithm'][{key!r}", "unknown PPO field")
     symmetry = _symmetry(alg.get("symmetry_cfg"), env)
@@ -181,20 +165,24 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
     if compile_mode not in (None, "default", "max-autotune-no-cudagraphs"):
         _fail("'torch_compile_mode'", f"{compile_mode!r} is not one of [None, 'default', 'max-autotune-no-cudagraphs']")
     optimizer_cls = _optimizer(alg)
-    nets = _networks(cfg)
+    nets = networks_from_rsl_rl(cfg, alg)
     if nets["norm"][0] != nets["norm"][1]:
         _fail(f"{nets['where']}", f"actor and critic observation normalization differ ({nets['norm']}): rlx "
                                   "normalizes the observations of both networks or of neither")
-    _check_network(nets)
     steps = int(cfg.get("num_steps_per_env", 24))
     minibatches = int(alg.get("num_mini_batches", 4))
-    if (num_envs * steps) % minibatches:
-        _fail("'algorithm']['num_mini_batches'", f"{minibatches} does not divide num_envs * num_steps_per_env = "
-                                                 f"{num_envs * steps}")
+    units = num_envs if nets["recurrent"] else num_envs * steps  # recurrent: whole rollouts of sub-envs
+    if units % minibatches:
+        _fail("'algorithm']['num_mini_batches'", f"{minibatches} does not divide "
+                                                 f"{'num_envs' if nets['recurrent'] else 'num_envs * num_steps_per_env'}"
+                                                 f" = {units}")
+    if nets["recurrent"] and compile_mode is not None:
+        _fail("'torch_compile_mode'", "rlx compiles feedforward policies' updates; remove it for an RNNModel")
     adaptive = alg.get("schedule", "adaptive") == "adaptive" and alg.get("desired_kl") is not None
     clip = float(alg.get("clip_param", 0.2))
     obs_groups = cfg.get("obs_groups") or None
-    return AlgorithmConfig(
+    config_cls = RecurrentAlgorithmConfig if nets["recurrent"] else AlgorithmConfig
+    return config_cls(
         num_envs=num_envs, horizon=steps, num_sgd_iters=int(alg.get("num_learning_epochs", 5)),
         sgd_minibatch_size=num_envs * steps // minibatches, clip_param=clip,
         vf_clip_param=clip if alg.get("use_clipped_value_loss", True) else None,
@@ -206,8 +194,7 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         kl_adaptive_lr_per_minibatch=adaptive,
         kl_adaptive_lr_bounds=(1e-5, 1e-2), enable_amp=bool(alg.get("use_mixed_precision", False)),
         normalize_rewards=False, normalize_obs=nets["norm"][0], normalize_advantages=True,
-        model_config={"hiddens": nets["actor"], "critic_hiddens": nets["critic"], "activation_fn": nets["activation"],
-                      "log_std_init": math.log(nets["init_std"])},
+        model_cls=nets["model_cls"], model_config=nets["model_config"],
         obs_groups={k: list(v) for k, v in obs_groups.items() if k in ("actor", "critic")} if obs_groups else None,
         device=device, seed=cfg.get("seed"), **symmetry, rnd=rnd, compile=compile_mode is not None,
     )
@@ -338,11 +325,7 @@ def distillation_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: 
     Raises:
         ConfigError: a field rlx cannot honour, naming it and why.
     """
-    known = BOOKKEEPING | {"num_steps_per_env", "obs_groups", "algorithm", "policy", "student", "teacher",
-                           "empirical_normalization", "torch_compile_mode"}
-    unknown = sorted(set(cfg) - known)
-    if unknown:
-        _fail(repr(unknown[0]), f"unknown field (rlx maps {sorted(known - BOOKKEEPING)})")
+    warn_ignored(cfg, MAPPED | {"policy", "student", "teacher"})
     alg = dict(cfg.get("algorithm") or {})
     if alg.get("class_name", "Distillation") != "Distillation":
         _fail("'algorithm']['class_name'", f"{alg['class_name']!r}: a DistillationRunner trains 'Distillation' "

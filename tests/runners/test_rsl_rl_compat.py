@@ -1,0 +1,304 @@
+"""What an Isaac Lab or mjlab script calls on rsl_rl's runner, with rlx's: rsl_rl 5's
+algorithm and model API, cfg keys, iteration numbering, logging, play with fewer envs,
+recurrent and CNN models, exports, and rsl_rl's own checkpoints."""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import io
+import math
+import warnings
+from pathlib import Path
+
+import pytest
+import torch
+from tensordict import TensorDict
+
+from rlx.examples.windy_reach import WindyReach
+from rlx.runners import OnPolicyRunner
+
+#: rsl_rl 5.x's layout, small networks.
+CFG = {
+    "num_steps_per_env": 8, "save_interval": 50, "obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]},
+    "algorithm": {"class_name": "PPO", "num_learning_epochs": 2, "num_mini_batches": 2},
+    "actor": {"class_name": "MLPModel", "hidden_dims": [32, 32], "activation": "elu",
+              "distribution_cfg": {"class_name": "GaussianDistribution", "init_std": 1.0}},
+    "critic": {"class_name": "MLPModel", "hidden_dims": [32, 32], "activation": "elu"},
+}
+
+
+class CountingReach(WindyReach):
+    """WindyReach that counts the runner's calls of ``reset`` and ``step``."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.resets = self.steps = 0
+
+    def reset(self):
+        self.resets += 1
+        return self.get_observations()
+
+    def step(self, actions):
+        self.steps += 1
+        return super().step(actions)
+
+
+class PixelVecEnv:
+    """An rsl_rl VecEnv of :class:`rlx.envs.PixelReach`: an ``image`` group (the grid)
+    and a ``policy`` group (a constant 1, a vector group beside the image)."""
+
+    num_actions = 1
+    max_episode_length = 28
+
+    def __init__(self, num_envs: int) -> None:
+        from rlx.envs import PixelReach
+
+        self.inner = PixelReach(num_envs)
+        self.num_envs, self.device, self.cfg = num_envs, torch.device("cpu"), {}
+        self.episode_length_buf = self.inner.steps
+        self._obs = self._groups(self.inner.reset())
+
+    def _groups(self, obs: TensorDict) -> TensorDict:
+        ones = torch.ones(self.num_envs, 1)
+        return TensorDict({"image": obs["pixels"], "policy": ones}, batch_size=[self.num_envs])
+
+    def get_observations(self) -> TensorDict:
+        return self._obs
+
+    def step(self, actions):
+        # One continuous action: its value picks the move (a Gaussian policy on a grid).
+        move = ((actions[:, 0].clamp(-2, 1.999) + 2.0)).floor().long()
+        out = self.inner.step(move)
+        self._obs = self._groups(out["obs"])
+        dones = (out["terminated"] | out["truncated"])[:, 0]
+        return self._obs, out["rewards"][:, 0], dones.float(), {"time_outs": out["truncated"][:, 0].float()}
+
+
+def _quiet():
+    return contextlib.redirect_stdout(io.StringIO())
+
+
+def test_rsl_rl_5s_algorithm_api_over_rlxs_policy(tmp_path: Path) -> None:
+    runner = OnPolicyRunner(WindyReach(16, "cpu", seed=0), CFG, log_dir=str(tmp_path), device="cpu")
+    alg = runner.alg
+    assert alg.get_policy() is alg.actor and not alg.actor.is_recurrent
+    # The views hold the policy's own tensors: the actor's MLP and std, the critic's MLP.
+    policy_tensors = {id(t) for t in alg.policy.state_dict(keep_vars=True).values()}
+    assert {id(t) for t in alg.actor.state_dict(keep_vars=True).values()} <= policy_tensors
+    assert "model.log_std" in alg.actor.state_dict() and "model.log_std" not in alg.critic.state_dict()
+    assert any(k.startswith("model.critic.") for k in alg.critic.state_dict())
+    before = copy.deepcopy(alg.actor.state_dict())
+    with _quiet():
+        runner.learn(2)
+    assert any(not torch.equal(before[k], v) for k, v in alg.actor.state_dict().items())
+    saved = copy.deepcopy(alg.save())
+    # load_cfg: the actor alone; the critic and the optimizer stay.
+    critic = copy.deepcopy(alg.critic.state_dict())
+    with _quiet():
+        runner.learn(1)
+    assert alg.load(saved, {"actor": True}, strict=True) is False
+    assert all(torch.equal(saved["actor_state_dict"][k], v) for k, v in alg.actor.state_dict().items())
+    assert any(not torch.equal(critic[k], v) for k, v in alg.critic.state_dict().items())
+    with pytest.raises(RuntimeError, match="Missing key"):
+        alg.load({"actor_state_dict": {}}, {"actor": True}, strict=True)
+    alg.load({"actor_state_dict": {}}, {"actor": True}, strict=False)  # strict=False: nothing missing matters
+    alg.eval_mode()
+    assert not alg.policy.training
+    alg.train_mode()
+    assert alg.policy.training
+    alg.learning_rate = 3e-4
+    assert alg.learning_rate == pytest.approx(3e-4) and alg.lr == pytest.approx(3e-4)
+    assert runner.logger.log_dir == str(tmp_path) and runner.logger.writer is not None
+    assert float(alg.actor.output_std.mean()) > 0
+
+
+def test_runner_load_cfg_strict_and_the_iteration(tmp_path: Path) -> None:
+    runner = OnPolicyRunner(WindyReach(16, "cpu", seed=0), CFG, log_dir=str(tmp_path), device="cpu")
+    with _quiet():
+        runner.learn(3)
+    assert runner.current_learning_iteration == 2
+    path = str(tmp_path / "model_2.pt")
+    other = OnPolicyRunner(WindyReach(16, "cpu", seed=1), CFG, device="cpu")
+    other.load(path, load_cfg={"actor": True, "critic": True, "optimizer": False, "iteration": False})
+    assert other.current_learning_iteration == 0  # iteration not loaded
+    for k, v in runner.alg.actor.state_dict().items():
+        assert torch.equal(other.alg.actor.state_dict()[k], v)
+    assert not other.alg.optimizer.state  # optimizer not loaded
+    other.load(path, load_cfg={"optimizer": True, "iteration": True})
+    assert other.current_learning_iteration == 2 and other.alg.optimizer.state
+
+
+def test_the_runner_never_resets_or_steps_the_env_outside_learn_and_takes_unknown_keys() -> None:
+    env = CountingReach(16, "cpu", seed=0)
+    cfg = {**CFG, "policy": {}, "empirical_normalization": {}, "init_at_random_ep_len": True, "wandb_tags": ["a"],
+           "some_newer_key": 1}  # Isaac Lab's to_dict() leaves unset sections empty
+    with pytest.warns(UserWarning, match="some_newer_key"):
+        runner = OnPolicyRunner(env, cfg, device="cpu")
+    assert (env.resets, env.steps) == (0, 0)
+    with _quiet():
+        runner.learn(1)
+    assert (env.resets, env.steps) == (0, 8)
+    with pytest.raises(Exception, match="'bogus'\\]: unknown PPO field"):  # rsl_rl's PPO refuses these too
+        OnPolicyRunner(env, {**CFG, "algorithm": {**CFG["algorithm"], "bogus": 1}}, device="cpu")
+
+
+def test_play_with_fewer_envs_than_training(tmp_path: Path) -> None:
+    """Isaac Lab's play tasks use 50 envs: the checkpoint's policy, optimizer and
+    normalizers load; the envs start afresh."""
+    cfg = copy.deepcopy(CFG)
+    cfg["actor"]["obs_normalization"] = cfg["critic"]["obs_normalization"] = True
+    runner = OnPolicyRunner(WindyReach(64, "cpu", seed=0), cfg, log_dir=str(tmp_path), device="cpu")
+    with _quiet():
+        runner.learn(2)
+    play_env = WindyReach(50, "cpu", seed=1)
+    play = OnPolicyRunner(play_env, cfg, device="cpu")
+    play.load(str(tmp_path / "model_1.pt"))
+    for a, b in zip(runner.alg.policy.state_dict().values(), play.alg.policy.state_dict().values()):
+        assert torch.equal(a, b)
+    policy = play.get_inference_policy(device="cpu")
+    obs = play_env.get_observations()
+    for _ in range(3):
+        obs, _, dones, _ = play_env.step(policy(obs))
+        policy.reset(dones)
+    with _quiet():
+        play.learn(1)  # and it trains on from there
+
+
+RNN = {"class_name": "RNNModel", "hidden_dims": [32], "rnn_type": "gru", "rnn_hidden_dim": 16, "rnn_num_layers": 1}
+
+
+@pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
+def test_rnn_model_trains_and_resets_per_env(rnn_type: str, tmp_path: Path) -> None:
+    cfg = {**CFG, "obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]},
+           "actor": {**RNN, "rnn_type": rnn_type, "distribution_cfg": {"class_name": "GaussianDistribution"}},
+           "critic": {**RNN, "rnn_type": rnn_type}}
+    env = WindyReach(16, "cpu", seed=0)
+    runner = OnPolicyRunner(env, cfg, log_dir=str(tmp_path), device="cpu")
+    model = runner.alg.policy.model
+    assert runner.config.sequence_length == 8 and model.separate_critic and model.cell == rnn_type
+    before = copy.deepcopy(runner.alg.actor.state_dict())
+    with _quiet():
+        runner.learn(2)
+    assert any(not torch.equal(before[k], v) for k, v in runner.alg.actor.state_dict().items())
+    policy = runner.get_inference_policy()
+    assert policy.is_recurrent
+    obs = env.get_observations()
+    first = policy(obs)
+    second = policy(obs)  # the state moved on
+    assert not torch.equal(first, second)
+    dones = torch.zeros(16)
+    dones[:4] = 1
+    policy.reset(dones)  # those 4 envs start again, the others keep their state
+    third = policy(obs)
+    torch.testing.assert_close(third[:4], first[:4])
+    assert not torch.equal(third[4:], first[4:])
+    with pytest.raises(ValueError, match="recurrent policy from the runner is not supported yet"):
+        runner.export_policy_to_jit(str(tmp_path / "exported"))
+
+
+def test_cnn_model_trains_checkpoints_and_exports(tmp_path: Path) -> None:
+    cfg = {**CFG, "obs_groups": {"actor": ["policy", "image"], "critic": ["policy", "image"]},
+           "actor": {"class_name": "CNNModel", "hidden_dims": [32], "activation": "elu", "obs_normalization": True,
+                     "cnn_cfg": {"output_channels": [4], "kernel_size": 3, "stride": 2},
+                     "distribution_cfg": {"class_name": "GaussianDistribution"}},
+           "critic": {"class_name": "CNNModel", "hidden_dims": [32], "activation": "elu", "obs_normalization": True,
+                      "cnn_cfg": {"output_channels": [4], "kernel_size": 3, "stride": 2}}}
+    env = PixelVecEnv(16)
+    runner = OnPolicyRunner(env, cfg, log_dir=str(tmp_path), device="cpu")
+    assert list(runner.alg.policy.obs_normalizers) == ["policy"]  # images stay raw, as rsl_rl's
+    assert runner.alg.policy.model.actor.cnns["image"].output_dim == 4 * 3 * 3  # 7x7, k3, s2: 3x3
+    with _quiet():
+        runner.learn(2)
+    other = OnPolicyRunner(PixelVecEnv(16), cfg, device="cpu")
+    other.load(str(tmp_path / "model_1.pt"))
+    obs = env.get_observations()
+    torch.testing.assert_close(other.get_inference_policy()(obs), runner.get_inference_policy()(obs))
+    runner.export_policy_to_jit(str(tmp_path / "x"))
+    flat = torch.cat([obs["policy"], obs["image"].flatten(1)], dim=-1)  # obs_groups order
+    torch.testing.assert_close(torch.jit.load(str(tmp_path / "x" / "policy.pt"))(flat),
+                               runner.get_inference_policy()(obs))
+
+
+def test_onnx_takes_one_obs_input_of_the_actors_groups_concatenated(tmp_path: Path) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxscript")
+    cfg = {**CFG, "obs_groups": {"actor": ["policy", "critic"], "critic": ["policy", "critic"]}}
+    env = WindyReach(16, "cpu", seed=0)
+    runner = OnPolicyRunner(env, cfg, device="cpu")
+    runner.export_policy_to_onnx(str(tmp_path))
+    session = ort.InferenceSession(str(tmp_path / "policy.onnx"), providers=["CPUExecutionProvider"])
+    assert [i.name for i in session.get_inputs()] == ["obs"] and [o.name for o in session.get_outputs()] == ["actions"]
+    obs = env.get_observations()
+    flat = torch.cat([obs["policy"], obs["critic"]], dim=-1)  # obs_groups order, not sorted
+    got = session.run(None, {"obs": flat.numpy()})[0]
+    torch.testing.assert_close(torch.from_numpy(got), runner.get_inference_policy()(obs), atol=1e-5, rtol=1e-5)
+
+
+def test_tensorboard_gets_rsl_rls_tags(tmp_path: Path) -> None:
+    pytest.importorskip("tensorboard")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    runner = OnPolicyRunner(WindyReach(32, "cpu", seed=0), {**CFG, "num_steps_per_env": 120}, log_dir=str(tmp_path),
+                            device="cpu")
+    with _quiet():
+        runner.learn(2)
+    runner.close()
+    tags = set(EventAccumulator(str(tmp_path)).Reload().Tags()["scalars"])
+    for tag in ("Loss/value", "Loss/surrogate", "Loss/entropy", "Loss/learning_rate", "Policy/mean_std",
+                "Perf/total_fps", "Perf/collection_time", "Perf/learning_time", "Train/mean_reward",
+                "Train/mean_episode_length", "Episode/distance_to_goal"):
+        assert tag in tags, sorted(tags)
+
+
+def test_the_pixel_task_learns_with_the_cnn_model() -> None:
+    """PixelReach with :class:`rlx.cnn.CNNActorCritic` from ``AlgorithmConfig``. Measured
+    (seed 0, this config): return 5.1 after 20 iterations (optimal about 5.4, a uniform
+    random policy about -0.1)."""
+    from rlx import AlgorithmConfig
+    from rlx.cnn import CNNActorCritic
+    from rlx.envs import PixelReach
+
+    algo = AlgorithmConfig(num_envs=64, horizon=32, model_cls=CNNActorCritic, seed=0, num_sgd_iters=4,
+                           sgd_minibatch_size=512, vf_clip_param=None, optimizer_config={"lr": 1e-3},
+                           model_config={"hiddens": [64], "activation_fn": "relu",
+                                         "cnn": {"output_channels": [16, 16], "kernel_size": 3}}).build(PixelReach)
+    returns = []
+    for _ in range(20):
+        returns.append(algo.collect()["episodes/return_mean"])
+        algo.step()
+    assert returns[0] < 2.0 and max(returns[-3:]) > 4.0, returns
+
+
+def test_rsl_rl_checkpoints_play_and_resume_in_rlx(tmp_path: Path) -> None:
+    """rsl_rl 5's own runner trains and saves; rlx's runner, built from the same cfg,
+    loads it and acts exactly as rsl_rl's inference policy (without observation
+    normalization: rsl_rl divides by std + 0.01, rlx by sqrt(var + 1e-8), so with it the
+    actions differ by that)."""
+    rsl_runner = pytest.importorskip("rsl_rl.runners")
+    cfg = {**CFG, "obs_groups": {"actor": ["policy", "critic"], "critic": ["critic", "policy"]}}  # unsorted orders
+    torch.manual_seed(0)
+    with _quiet():
+        theirs = rsl_runner.OnPolicyRunner(WindyReach(16, "cpu", seed=0), copy.deepcopy(cfg), log_dir=None,
+                                           device="cpu")
+        theirs.learn(3)
+    theirs.save(str(tmp_path / "model_2.pt"))
+    env = WindyReach(16, "cpu", seed=1)
+    ours = OnPolicyRunner(env, cfg, device="cpu")
+    ours.load(str(tmp_path / "model_2.pt"))
+    assert ours.current_learning_iteration == 2
+    obs = env.get_observations()
+    with torch.no_grad():
+        torch.testing.assert_close(ours.get_inference_policy()(obs), theirs.get_inference_policy()(obs),
+                                   atol=1e-6, rtol=1e-6)
+        torch.testing.assert_close(ours.alg.critic(obs), theirs.alg.critic(obs), atol=1e-6, rtol=1e-6)
+    with _quiet():
+        ours.learn(1)  # resumes (Adam's moments restart: module docstring of rlx.runners.rsl_rl_checkpoint)
+
+
+def test_an_rsl_rl_checkpoint_that_does_not_fit_is_refused_by_name(tmp_path: Path) -> None:
+    runner = OnPolicyRunner(WindyReach(16, "cpu", seed=0), CFG, device="cpu")
+    state = {"actor_state_dict": {"mlp.0.weight": torch.zeros(32, 99), "mlp.0.bias": torch.zeros(32)}, "iter": 1}
+    torch.save(state, tmp_path / "bad.pt")
+    with pytest.raises(Exception, match="'model.actor.0.weight' is \\[32, 99\\] in the checkpoint"):
+        runner.load(str(tmp_path / "bad.pt"))
