@@ -126,12 +126,7 @@ def _network(out: dict[str, Tensor], policy: Any, net: dict[str, dict[str, Tenso
     images = [k for k in groups if len(spec[k].shape) == 3] if cnn else []
     vectors = [k for k in groups if k not in images]
     recurrent = bool(net["rnn"])
-    if cnn:
-        prefix = f"model.{part}.mlp."
-    elif recurrent:
-        prefix = f"model.{part}."
-    else:
-        prefix = f"model.{part}."
+    prefix = f"model.{part}.mlp." if cnn else f"model.{part}."
     first = next(iter(net["mlp"]), None)
     for key, value in net["mlp"].items():
         if key == first and not recurrent:
@@ -147,7 +142,7 @@ def _network(out: dict[str, Tensor], policy: Any, net: dict[str, dict[str, Tenso
         cells = "cells" if part == "actor" else "critic_cells"
         for key, value in net["rnn"].items():
             name, _, layer = key.rpartition("_l")  # weight_ih_l0 -> cells.0.weight_ih
-            if part == "actor" and not layer.isdigit():
+            if not layer.isdigit():
                 raise ConfigError(f"{where}: unexpected recurrent tensor {key!r}")
             if key.startswith("weight_ih_l0"):
                 value = _permute_columns(value, groups, widths, sorted(groups))
