@@ -18,6 +18,8 @@ envs that ended, and ``as_jit()`` / ``as_onnx()`` give rsl_rl's deployable modul
 from __future__ import annotations
 
 import copy
+import itertools
+import math
 from typing import Any
 
 import torch
@@ -143,6 +145,136 @@ class ModelView(nn.Module):
         return _Deployable(self)
 
 
+class PolicyView(nn.Module):
+    """The whole rlx policy as rsl_rl 3.x/4.x's ``ActorCritic`` (``runner.alg.policy``),
+    for the scripts and exporters written against it (Isaac Lab's play script and its
+    ``export_policy_as_jit`` / ``export_policy_as_onnx``): ``is_recurrent``, ``actor`` (a
+    plain module from the normalized actor observation, its groups concatenated in
+    ``obs_groups`` order, to the mean action; ``actor[0].in_features`` its width),
+    ``actor_obs_normalizer`` (that normalization, a snapshot of the statistics),
+    ``act_inference(obs)`` and ``reset(dones)`` (the actor view's). Its state, its
+    parameters and every other attribute are the rlx policy's (``state_dict()``,
+    ``model``, ``actor_obs_keys``, ...).
+    """
+
+    def __init__(self, policy: nn.Module, actor: ModelView) -> None:
+        super().__init__()
+        object.__setattr__(self, "_policy", policy)  # not submodules: the view adds no state
+        object.__setattr__(self, "_actor", actor)
+        self.groups, self.is_recurrent = actor.groups, actor.is_recurrent
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(self._policy, name)
+
+    def forward(self, obs: Any) -> Tensor:
+        return self._actor(obs)
+
+    def act_inference(self, obs: Any) -> Tensor:
+        """The deterministic actions (rsl_rl 4's name)."""
+        return self._actor(obs)
+
+    def reset(self, dones: Tensor | None = None, hidden_state: Any = None) -> None:
+        """Restart a recurrent policy's state for the envs that ended (the actor view's)."""
+        self._actor.reset(dones)
+
+    def state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._policy.state_dict(*args, **kwargs)
+
+    def load_state_dict(self, *args: Any, **kwargs: Any) -> Any:
+        return self._policy.load_state_dict(*args, **kwargs)
+
+    def named_parameters(self, *args: Any, **kwargs: Any) -> Any:
+        return self._policy.named_parameters(*args, **kwargs)
+
+    def named_buffers(self, *args: Any, **kwargs: Any) -> Any:
+        return self._policy.named_buffers(*args, **kwargs)
+
+    def _apply(self, fn: Any, recurse: bool = True) -> PolicyView:
+        self._actor._apply(fn, recurse)  # moves the policy
+        return self
+
+    def train(self, mode: bool = True) -> PolicyView:
+        self._policy.train(mode)
+        return self
+
+    @property
+    def training(self) -> bool:  # type: ignore[override]
+        """The rlx policy's mode."""
+        return self.__dict__["_policy"].training if "_policy" in self.__dict__ else True
+
+    @training.setter
+    def training(self, mode: bool) -> None:  # nn.Module's own flag: the policy's is the one
+        pass
+
+    @property
+    def actor(self) -> nn.Module:
+        model = self._policy.model
+        from rlx.models import MLPActorCritic
+
+        if self.is_recurrent or not isinstance(model, MLPActorCritic):
+            raise AttributeError(f"actor: rsl_rl 4's plain actor MLP exists for rlx's MLPActorCritic only, not "
+                                 f"{type(model).__name__}; export with the runner's export_policy_to_jit/onnx")
+        spec = self._policy.observation_spec
+        widths = {k: math.prod(spec[k].shape) for k in self.groups}
+        starts = dict(zip(self.groups, itertools.accumulate([0, *widths.values()])))
+        index = [c for k in sorted(self.groups) for c in range(starts[k], starts[k] + widths[k])]
+        return nn.Sequential(_Reorder(index), *(_plain(m) for m in model.actor))
+
+    @property
+    def actor_obs_normalizer(self) -> nn.Module:
+        if not self._policy.obs_normalizers:
+            return nn.Identity()
+        spec, names = self._policy.observation_spec, {path: n for n, path in self._policy._norm_keys.items()}
+        mean, inv_std, bound = [], [], []
+        for k in self.groups:
+            width = math.prod(spec[k].shape)
+            rms = self._policy.obs_normalizers[names[(k,)]] if (k,) in names else None
+            if rms is None:  # a group rlx leaves raw
+                mean.append(torch.zeros(width)), inv_std.append(torch.ones(width)), bound.append(torch.full((width,), math.inf))
+                continue
+            mean.append(rms.mean.reshape(-1).float().cpu())  # SYNC: export, once
+            inv_std.append(torch.rsqrt(rms.var + rms.epsilon).reshape(-1).float().cpu())
+            bound.append(torch.full((width,), rms.clip if rms.clip is not None else math.inf))
+        return _Normalizer(torch.cat(mean), torch.cat(inv_std), torch.cat(bound))
+
+
+class _Reorder(nn.Module):
+    """Columns from ``obs_groups`` order into rlx's sorted one (``in_features``: the width)."""
+
+    def __init__(self, index: list[int]) -> None:
+        super().__init__()
+        self.in_features = len(index)
+        self.register_buffer("index", torch.tensor(index, dtype=torch.long))
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x.index_select(-1, self.index)
+
+
+class _Normalizer(nn.Module):
+    """``clamp((x - mean) * inv_std, -bound, bound)``: rlx's normalization, flat."""
+
+    def __init__(self, mean: Tensor, inv_std: Tensor, bound: Tensor) -> None:
+        super().__init__()
+        self.register_buffer("mean", mean)
+        self.register_buffer("inv_std", inv_std)
+        self.register_buffer("bound", bound)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return torch.clamp((x - self.mean) * self.inv_std, min=-self.bound, max=self.bound)
+
+
+def _plain(module: nn.Module) -> nn.Module:
+    """A head ``Float32Linear`` as a plain ``Linear`` on the same parameters (scriptable)."""
+    if isinstance(module, nn.Linear) and type(module) is not nn.Linear:
+        linear = nn.Linear(module.in_features, module.out_features, bias=module.bias is not None, device="meta")
+        linear.weight, linear.bias = module.weight, module.bias
+        return linear
+    return module
+
+
 class _Deployable(nn.Module):
     """The deterministic actor on the concatenated groups (rsl_rl's deployed input)."""
 
@@ -194,6 +326,8 @@ class RslRlAlgorithm:
         to_obs = algorithm.env.groups
         self.__dict__["actor"] = ModelView(algorithm.policy, "actor", obs_groups["actor"], to_obs)
         self.__dict__["critic"] = ModelView(algorithm.policy, "critic", obs_groups["critic"], to_obs)
+        #: rsl_rl 3.x/4.x's ``alg.policy`` (:class:`PolicyView`); the rlx policy is ``algorithm.policy``.
+        self.__dict__["policy"] = PolicyView(algorithm.policy, self.__dict__["actor"])
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.__dict__["_algorithm"], name)
@@ -225,6 +359,7 @@ class RslRlAlgorithm:
 
     def train_mode(self) -> None:
         self._algorithm.policy.train()
+
 
     def eval_mode(self) -> None:
         self._algorithm.policy.eval()

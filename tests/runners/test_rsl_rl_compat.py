@@ -302,3 +302,28 @@ def test_an_rsl_rl_checkpoint_that_does_not_fit_is_refused_by_name(tmp_path: Pat
     torch.save(state, tmp_path / "bad.pt")
     with pytest.raises(Exception, match="'model.actor.0.weight' is \\[32, 99\\] in the checkpoint"):
         runner.load(str(tmp_path / "bad.pt"))
+
+
+def test_rsl_rl_4s_alg_policy_for_the_exporters_written_against_it(tmp_path: Path) -> None:
+    """Isaac Lab's play script reads ``runner.alg.policy`` as rsl_rl 4's ActorCritic: its
+    exporters script a copy of ``policy.actor`` behind ``policy.actor_obs_normalizer``,
+    size the ONNX input by ``policy.actor[0].in_features``, and the play loop calls
+    ``policy.reset(dones)``. The same steps here, checked against the inference policy."""
+    cfg = copy.deepcopy({**CFG, "obs_groups": {"actor": ["policy", "critic"], "critic": ["policy", "critic"]}})
+    cfg["actor"]["obs_normalization"] = cfg["critic"]["obs_normalization"] = True
+    env = WindyReach(16, "cpu", seed=0)
+    runner = OnPolicyRunner(env, cfg, device="cpu")
+    with _quiet():
+        runner.learn(2)  # moves the normalizer's statistics off their initial values
+    policy = runner.alg.policy
+    assert policy.is_recurrent is False and policy.actor[0].in_features == 4 + 3
+    assert policy.state_dict().keys() == runner.alg.algorithm.policy.state_dict().keys()
+    exported = torch.jit.script(torch.nn.Sequential(copy.deepcopy(policy.actor_obs_normalizer),
+                                                    copy.deepcopy(policy.actor)))
+    obs = env.get_observations()
+    flat = torch.cat([obs["policy"], obs["critic"]], dim=-1)  # obs_groups order
+    torch.testing.assert_close(exported(flat), runner.get_inference_policy()(obs))
+    policy.reset(torch.ones(16))
+    torch.testing.assert_close(policy.act_inference(obs), runner.get_inference_policy()(obs))
+    recurrent = OnPolicyRunner(env, {**CFG, "actor": {**RNN, "distribution_cfg": {}}, "critic": RNN}, device="cpu")
+    assert recurrent.alg.policy.is_recurrent and not hasattr(recurrent.alg.policy, "actor")
