@@ -376,6 +376,17 @@ class RecurrentActorCritic(nn.Module):
         head = self._with_log_std(self.actor(core))  # [B, L, S + I]
         return head, self.critic(torch.stack(critic_out, dim=1) if critic_out else core), state
 
+    def act_flat(self, features: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        """One actor step on flat normalized features ``[B, D]`` (:func:`flatten_obs`'s
+        layout) from ``state``: ``(dist_params [B, S + I], state)``, no reset; a separate
+        critic's part of the state passes unchanged. What a deployed step runs: plain
+        tensors only, so it traces and exports at any batch size."""
+        n = self.num_layers
+        actor_state = self._step(self.encoder(features), state[:, :n], self.cells)
+        head = self._with_log_std(self.actor(actor_state[:, -1, 0]).unsqueeze(1))[:, 0]
+        new = torch.cat([actor_state, state[:, n:]], dim=1) if self.separate_critic else actor_state
+        return head, new
+
     def actor_parameters(self) -> list[nn.Parameter]:
         """The parameters that shape the action distribution (the shared core included)."""
         return [*self.encoder.parameters(), *self.cells.parameters(), *self.actor.parameters(),

@@ -244,19 +244,24 @@ class OnPolicyRunner:
     def export_policy_to_onnx(self, path: str, filename: str = "policy.onnx", verbose: bool = False) -> None:
         """ONNX of the deterministic actor (``pip install 'rlx[onnx]'``), as rsl_rl names
         it: input ``obs`` (the actor's groups concatenated in ``obs_groups`` order; the
-        batch dimension dynamic), output ``actions``; checked against the eager policy
-        with onnxruntime when it is installed."""
+        batch dimension dynamic), output ``actions``; a recurrent policy also takes
+        ``h_in`` and returns ``h_out``, rlx's stacked state ``[N, *state]`` (rsl_rl splits
+        an LSTM's into ``h`` and ``c``). Checked against the eager policy with onnxruntime
+        when it is installed."""
         from rlx.run.export import _check_onnx, _require_onnx
 
         _require_onnx()
         module = self.alg.get_policy().as_onnx(verbose=verbose).eval()
         out = Path(path) / filename
         out.parent.mkdir(parents=True, exist_ok=True)
-        example = module.get_dummy_inputs()
-        torch.onnx.export(module, (example[0].repeat(3, 1),), str(out), input_names=module.input_names,
-                          output_names=module.output_names, dynamo=True,
-                          dynamic_shapes=({0: torch.export.Dim("batch")},), verbose=verbose)
-        _check_onnx(out, module, (torch.randn(64, example[0].shape[1]),), module.input_names)
+        def inputs(n: int) -> tuple[Tensor, ...]:  # random observations (and states)
+            return tuple(torch.randn(n, *x.shape[1:]) for x in module.get_dummy_inputs())
+
+        batch = torch.export.Dim("batch")
+        torch.onnx.export(module, inputs(3), str(out), input_names=module.input_names,
+                          output_names=module.output_names, dynamo=True, verbose=verbose,
+                          dynamic_shapes=tuple({0: batch} for _ in module.input_names))
+        _check_onnx(out, module, inputs(64), module.input_names)
 
 
 def _store_git_state(path: Path, out_dir: Path) -> None:

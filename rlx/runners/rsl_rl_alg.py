@@ -129,20 +129,13 @@ class ModelView(nn.Module):
 
     def as_jit(self) -> nn.Module:
         """A TorchScript-traceable module: ``forward(obs [N, D])``, the actor's groups
-        concatenated, and ``reset()``."""
-        if self.is_recurrent:
-            # Tracing the recurrent model's TensorDict sequence pass fails on traced sizes.
-            raise ValueError("TorchScript export of a recurrent policy from the runner is not supported yet; deploy it "
-                             "with rlx.load_policy (a checkpoint) or the runner's inference policy")
+        concatenated, and ``reset()`` (a recurrent policy: one env, its state inside)."""
         return _Deployable(self)
 
     def as_onnx(self, verbose: bool = False) -> nn.Module:
         """The module rsl_rl's ONNX export takes (``input_names``, ``output_names``,
-        ``get_dummy_inputs()``)."""
-        if self.is_recurrent:
-            raise ValueError("ONNX export of a recurrent policy from the runner is not supported yet; export_policy_to_jit "
-                             "writes it (with reset()), or rlx.export_onnx with a tensor observation")
-        return _Deployable(self)
+        ``get_dummy_inputs()``); a recurrent policy's takes and returns its state."""
+        return _Deployable(self, onnx=True)
 
 
 class PolicyView(nn.Module):
@@ -217,28 +210,59 @@ class PolicyView(nn.Module):
         if self.is_recurrent or not isinstance(model, MLPActorCritic):
             raise AttributeError(f"actor: rsl_rl 4's plain actor MLP exists for rlx's MLPActorCritic only, not "
                                  f"{type(model).__name__}; export with the runner's export_policy_to_jit/onnx")
-        spec = self._policy.observation_spec
-        widths = {k: math.prod(spec[k].shape) for k in self.groups}
-        starts = dict(zip(self.groups, itertools.accumulate([0, *widths.values()])))
-        index = [c for k in sorted(self.groups) for c in range(starts[k], starts[k] + widths[k])]
-        return nn.Sequential(_Reorder(index), *(_plain(m) for m in model.actor))
+        return nn.Sequential(sorted_columns(self._policy, self.groups), *(_plain(m) for m in model.actor))
 
     @property
     def actor_obs_normalizer(self) -> nn.Module:
-        if not self._policy.obs_normalizers:
-            return nn.Identity()
-        spec, names = self._policy.observation_spec, {path: n for n, path in self._policy._norm_keys.items()}
-        mean, inv_std, bound = [], [], []
-        for k in self.groups:
-            width = math.prod(spec[k].shape)
-            rms = self._policy.obs_normalizers[names[(k,)]] if (k,) in names else None
-            if rms is None:  # a group rlx leaves raw
-                mean.append(torch.zeros(width)), inv_std.append(torch.ones(width)), bound.append(torch.full((width,), math.inf))
-                continue
-            mean.append(rms.mean.reshape(-1).float().cpu())  # SYNC: export, once
-            inv_std.append(torch.rsqrt(rms.var + rms.epsilon).reshape(-1).float().cpu())
-            bound.append(torch.full((width,), rms.clip if rms.clip is not None else math.inf))
-        return _Normalizer(torch.cat(mean), torch.cat(inv_std), torch.cat(bound))
+        return flat_normalizer(self._policy, self.groups)
+
+
+def sorted_columns(policy: nn.Module, groups: list[str]) -> nn.Module:
+    """The flat observation of ``groups`` (concatenated in this order) re-laid in rlx's
+    sorted key order, which :func:`rlx.models.flatten_obs` gives the networks."""
+    spec = policy.observation_spec
+    widths = {k: math.prod(spec[k].shape) for k in groups}
+    starts = dict(zip(groups, itertools.accumulate([0, *widths.values()])))
+    return _Reorder([c for k in sorted(groups) for c in range(starts[k], starts[k] + widths[k])])
+
+
+def flat_normalizer(policy: nn.Module, groups: list[str]) -> nn.Module:
+    """The policy's observation normalization on the flat observation of ``groups``
+    (concatenated in this order): a snapshot of the statistics, on the CPU."""
+    if not policy.obs_normalizers:
+        return nn.Identity()
+    spec, names = policy.observation_spec, {path: n for n, path in policy._norm_keys.items()}
+    mean, inv_std, bound = [], [], []
+    for k in groups:
+        width = math.prod(spec[k].shape)
+        rms = policy.obs_normalizers[names[(k,)]] if (k,) in names else None
+        if rms is None:  # a group rlx leaves raw
+            mean.append(torch.zeros(width)), inv_std.append(torch.ones(width)), bound.append(torch.full((width,), math.inf))
+            continue
+        mean.append(rms.mean.reshape(-1).float().cpu())  # SYNC: export, once
+        inv_std.append(torch.rsqrt(rms.var + rms.epsilon).reshape(-1).float().cpu())
+        bound.append(torch.full((width,), rms.clip if rms.clip is not None else math.inf))
+    return _Normalizer(torch.cat(mean), torch.cat(inv_std), torch.cat(bound))
+
+
+class _RecurrentStep(nn.Module):
+    """One deterministic step of a recurrent actor on the flat observation of its groups
+    (``obs_groups`` order): ``(obs [N, D], state [N, *state]) -> (actions, state)``, on
+    the model's ``act_flat`` (plain tensors: it traces and exports)."""
+
+    def __init__(self, policy: nn.Module, groups: list[str]) -> None:
+        super().__init__()
+        if not callable(getattr(policy.model, "act_flat", None)):
+            raise ValueError(f"exporting a recurrent {type(policy.model).__name__} from the runner needs its act_flat(); "
+                             "rlx's RecurrentActorCritic has it")
+        self.normalizer, self.reorder = flat_normalizer(policy, groups), sorted_columns(policy, groups)
+        self.model = policy.model.eval().requires_grad_(False)
+        self.distribution_cls, self.action_spec = policy.distribution_cls, policy.action_spec
+
+    def forward(self, obs: Tensor, state: Tensor) -> tuple[Tensor, Tensor]:
+        params, state = self.model.act_flat(self.reorder(self.normalizer(obs)), state)
+        dist = self.distribution_cls(params, self.action_spec)
+        return dist.env_actions(dist.mode()), state
 
 
 class _Reorder(nn.Module):
@@ -276,36 +300,52 @@ def _plain(module: nn.Module) -> nn.Module:
 
 
 class _Deployable(nn.Module):
-    """The deterministic actor on the concatenated groups (rsl_rl's deployed input)."""
+    """The deterministic actor on the concatenated groups (rsl_rl's deployed input).
 
-    def __init__(self, view: ModelView) -> None:
+    Feedforward: ``forward(obs [N, D]) -> actions``. Recurrent, as TorchScript: one env's
+    state inside (``forward(obs [1, D])``, ``reset()``), as rsl_rl's; as ONNX
+    (``onnx=True``): ``forward(obs, h_in) -> (actions, h_out)``, the state ``[N, *state]``
+    rlx's stacked one (``policy.initial_state``: zeros for rlx's models).
+    """
+
+    def __init__(self, view: ModelView, onnx: bool = False) -> None:
         super().__init__()
-        from rlx.run.export import DeployedPolicy, DeployedRecurrentPolicy
+        from rlx.run.export import DeployedPolicy
 
         policy = copy.deepcopy(view._policy).cpu()  # SYNC: export copies the policy to the CPU, once
         spec = policy.observation_spec
         self.keys = list(view.groups)
         self.shapes = [tuple(spec[k].shape) for k in self.keys]
         self.widths = [int(torch.Size(s).numel()) for s in self.shapes]
-        self.recurrent = view.is_recurrent
-        self.deployed: nn.Module = DeployedRecurrentPolicy(policy) if self.recurrent else DeployedPolicy(policy)
-        initial = self.deployed.initial_state(1) if self.recurrent else torch.zeros(1, 0)
+        self.recurrent, self.onnx = view.is_recurrent, onnx
+        if self.recurrent:
+            self.step = _RecurrentStep(policy, self.keys)
+            initial = policy.initial_state(1)
+        else:
+            self.deployed = DeployedPolicy(policy)
+            initial = torch.zeros(1, 0)
         self.register_buffer("state", initial.clone())  # a feedforward policy's is empty
         self.register_buffer("initial", initial)
-        self.input_names, self.output_names = ["obs"], ["actions"]
+        recurrent_onnx = self.recurrent and onnx
+        self.input_names = ["obs", "h_in"] if recurrent_onnx else ["obs"]
+        self.output_names = ["actions", "h_out"] if recurrent_onnx else ["actions"]
 
-    def get_dummy_inputs(self) -> tuple[Tensor]:
-        return (torch.zeros(1, sum(self.widths)),)
+    def get_dummy_inputs(self) -> tuple[Tensor, ...]:
+        obs = torch.zeros(1, sum(self.widths))
+        return (obs, self.initial.clone()) if self.recurrent and self.onnx else (obs,)
 
-    def forward(self, obs: Tensor) -> Tensor:
+    @torch.no_grad()
+    def forward(self, obs: Tensor, h_in: Tensor | None = None) -> Any:
+        if self.recurrent:
+            actions, state = self.step(obs, self.state if h_in is None else h_in)
+            if h_in is not None:
+                return actions, state
+            self.state.copy_(state)
+            return actions
         n = obs.shape[0]
         parts = torch.split(obs, self.widths, dim=-1)
-        groups = TensorDict({k: p.reshape(n, *s) for k, p, s in zip(self.keys, parts, self.shapes)}, batch_size=[n])
-        if not self.recurrent:
-            return self.deployed(groups)
-        actions, state = self.deployed(groups, self.state, torch.zeros(n, dtype=torch.bool))
-        self.state.copy_(state)
-        return actions
+        return self.deployed(TensorDict({k: p.reshape(n, *s) for k, p, s in zip(self.keys, parts, self.shapes)},
+                                        batch_size=[n]))
 
     def reset(self) -> Tensor:
         """Back to the initial state (a recurrent policy's; a feedforward one's is empty);

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import importlib.util
 import io
 import math
 import warnings
@@ -169,7 +170,7 @@ RNN = {"class_name": "RNNModel", "hidden_dims": [32], "rnn_type": "gru", "rnn_hi
 
 
 @pytest.mark.parametrize("rnn_type", ["gru", "lstm"])
-def test_rnn_model_trains_and_resets_per_env(rnn_type: str, tmp_path: Path) -> None:
+def test_rnn_model_trains_resets_per_env_and_exports(rnn_type: str, tmp_path: Path) -> None:
     cfg = {**CFG, "obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]},
            "actor": {**RNN, "rnn_type": rnn_type, "distribution_cfg": {"class_name": "GaussianDistribution"}},
            "critic": {**RNN, "rnn_type": rnn_type}}
@@ -193,8 +194,27 @@ def test_rnn_model_trains_and_resets_per_env(rnn_type: str, tmp_path: Path) -> N
     third = policy(obs)
     torch.testing.assert_close(third[:4], first[:4])
     assert not torch.equal(third[4:], first[4:])
-    with pytest.raises(ValueError, match="recurrent policy from the runner is not supported yet"):
-        runner.export_policy_to_jit(str(tmp_path / "exported"))
+    # TorchScript: one env, its state inside, reset() restarts it (rsl_rl's deployed module).
+    runner.export_policy_to_jit(str(tmp_path / "exported"))
+    jit = torch.jit.load(str(tmp_path / "exported" / "policy.pt"))
+    policy.reset()
+    one = obs[:1]
+    expected = [policy(one), policy(one)]
+    got = [jit(one["policy"]), jit(one["policy"])]
+    jit.reset()
+    torch.testing.assert_close(got, expected)
+    torch.testing.assert_close(jit(one["policy"]), expected[0])
+    if importlib.util.find_spec("onnxruntime") and importlib.util.find_spec("onnxscript"):
+        import onnxruntime as ort
+
+        runner.export_policy_to_onnx(str(tmp_path / "exported"))  # checked against the eager step inside
+        session = ort.InferenceSession(str(tmp_path / "exported" / "policy.onnx"), providers=["CPUExecutionProvider"])
+        assert [i.name for i in session.get_inputs()] == ["obs", "h_in"]
+        h = runner.alg.algorithm.policy.initial_state(16).numpy()
+        policy.reset()
+        for _ in range(2):  # the state goes round through h_in / h_out
+            actions, h = session.run(None, {"obs": obs["policy"].numpy(), "h_in": h})
+            torch.testing.assert_close(torch.from_numpy(actions), policy(obs), atol=1e-5, rtol=1e-5)
 
 
 def test_cnn_model_trains_checkpoints_and_exports(tmp_path: Path) -> None:
