@@ -142,14 +142,15 @@ class OnPolicyRunner:
         self._store_code_state()
         self.alg.policy.train()
         start_it = self.current_learning_iteration
+        writes = self.log_dir is not None and rdist.rank() == 0  # under torchrun, rank 0 alone (rsl_rl's rule)
         for it in range(start_it, start_it + int(num_learning_iterations)):
             start = time.perf_counter()
             stats = {**self.alg.collect(), **self.alg.step()}
             self.current_learning_iteration = it
             self._log(it, stats, time.perf_counter() - start)
-            if self.log_dir is not None and self.save_interval and it % self.save_interval == 0:
+            if writes and self.save_interval and it % self.save_interval == 0:
                 self.save(str(self.log_dir / f"model_{it}.pt"))
-        if self.log_dir is not None:
+        if writes:
             self.save(str(self.log_dir / f"model_{self.current_learning_iteration}.pt"))
             if self.logger.writer is not None and hasattr(self.logger.writer, "flush"):
                 self.logger.writer.flush()
@@ -170,6 +171,8 @@ class OnPolicyRunner:
                 self._writer.add_scalar(key, value, it)
         if self._wandb is not None:
             self._wandb.log({**finite, "env_steps": self.alg.env_steps}, step=it, commit=True)
+        if rdist.rank() != 0:  # under torchrun, rank 0 alone prints (as rsl_rl's)
+            return
         ret = stats.get("episodes/return_mean", math.nan)
         print(f"rlx {type(self).__name__}: iteration {it} | env steps {self.alg.env_steps:,} | {seconds:.2f} s | "
               f"return {ret:.2f} | lr {stats.get('monitors/lr', math.nan):.2e}", flush=True)

@@ -46,3 +46,27 @@ def test_train_and_play_scripts_run_with_either_import(runner: str, tmp_path: Pa
     assert (run / "exported" / "policy.pt").exists() and (run / "exported" / "policy.onnx").exists()
     mean = float(re.search(r"Mean episode return over \d+ steps: (-?[\d.]+)", out).group(1))
     assert mean > -120.0, out  # far above the random policy's -168
+
+
+def test_the_train_script_under_torchrun_trains_both_ranks_and_rank_zero_writes(tmp_path: Path) -> None:
+    """rsl_rl's runner under torchrun: the runner joins the process group (gloo on the
+    CPU), both ranks train, rank 0 alone prints its iterations and writes checkpoints."""
+    import os
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR",
+                                                              "MASTER_PORT")}
+    env.update(OMP_NUM_THREADS="1", RLX_DIST_TIMEOUT_S="60")
+    script = Path(scripts.__file__).parent / "train.py"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(port), str(script), "--max_iterations", "3", "--num_envs", "32",
+           "--log_root", str(tmp_path / "logs")]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
+    assert proc.stdout.count("distributed True") == 2  # both ranks trained, in a process group
+    assert proc.stdout.count("OnPolicyRunner: iteration 2 ") == 1  # rank 0 alone prints
+    models = sorted(p.relative_to(tmp_path) for p in (tmp_path / "logs").rglob("model_*.pt"))
+    assert len({p.parent for p in models}) == 1 and {p.name for p in models} == {"model_0.pt", "model_2.pt"}

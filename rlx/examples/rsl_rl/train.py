@@ -32,7 +32,7 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(cfg["seed"])
 
     log_root_path = os.path.abspath(os.path.join(args.log_root, cfg["experiment_name"]))
-    log_dir = os.path.join(log_root_path, datetime.now().strftime("%Y-%m-%d_%H-%M-%S-%f"))
+    log_dir = os.path.join(log_root_path, datetime.now().strftime("%Y-%m-%d_%H-%M-%S"))
     os.makedirs(log_dir, exist_ok=True)
     print(f"[INFO] Logging experiment in directory: {log_dir}")
 
@@ -44,7 +44,8 @@ def main(argv: list[str] | None = None) -> None:
         print(f"[INFO]: Loading model checkpoint from: {resume_path}")
         runner.load(resume_path)
     runner.learn(num_learning_iterations=cfg["max_iterations"], init_at_random_ep_len=True)
-    print(f"[INFO] Trained {runner.current_learning_iteration + 1} iterations; log_dir {runner.logger.log_dir}")
+    print(f"[INFO] Trained {runner.current_learning_iteration + 1} iterations; log_dir {runner.logger.log_dir}; "
+          f"distributed {runner.is_distributed}")
 
 
 if __name__ == "__main__":
