@@ -8,5 +8,7 @@ from __future__ import annotations
 from rlx.runners.distillation import DistillationRunner
 from rlx.runners.on_policy import OnPolicyRunner
 from rlx.runners.rsl_rl_cfg import algorithm_config_from_rsl_rl, distillation_config_from_rsl_rl
+from rlx.runners.switch import use_rlx_runners
 
-__all__ = ["DistillationRunner", "OnPolicyRunner", "algorithm_config_from_rsl_rl", "distillation_config_from_rsl_rl"]
+__all__ = ["DistillationRunner", "OnPolicyRunner", "algorithm_config_from_rsl_rl", "distillation_config_from_rsl_rl",
+           "use_rlx_runners"]

@@ -347,3 +347,42 @@ def test_rsl_rl_4s_alg_policy_for_the_exporters_written_against_it(tmp_path: Pat
     torch.testing.assert_close(policy.act_inference(obs), runner.get_inference_policy()(obs))
     recurrent = OnPolicyRunner(env, {**CFG, "actor": {**RNN, "distribution_cfg": {}}, "critic": RNN}, device="cpu")
     assert recurrent.alg.policy.is_recurrent and not hasattr(recurrent.alg.policy, "actor")
+
+
+def test_one_line_switches_code_that_builds_rsl_rls_runners_itself(tmp_path: Path) -> None:
+    """Isaac Lab's newest backend builds the runner in a module that imported rsl_rl's
+    names (``create_rsl_rl_runner``); ``use_rlx_runners()`` makes them rlx's, for a
+    module imported before it and one imported after."""
+    import importlib
+    import sys
+
+    pytest.importorskip("rsl_rl")
+    import rlx.runners
+
+    source = ("from rsl_rl.runners import DistillationRunner, OnPolicyRunner\n"
+              "def create_runner(env, cfg):\n    return OnPolicyRunner(env, cfg, log_dir=None, device='cpu')\n")
+    (tmp_path / "backend_before.py").write_text(source)
+    (tmp_path / "backend_after.py").write_text(source)
+    sys.path.insert(0, str(tmp_path))
+    try:
+        before = importlib.import_module("backend_before")
+        restore = rlx.runners.use_rlx_runners()
+        try:
+            after = importlib.import_module("backend_after")
+            for backend in (before, after):
+                runner = backend.create_runner(WindyReach(16, "cpu", seed=0), copy.deepcopy(CFG))
+                assert isinstance(runner, rlx.runners.OnPolicyRunner)
+                assert backend.DistillationRunner is rlx.runners.DistillationRunner
+            import rsl_rl.runners.on_policy_runner as home
+
+            assert home.OnPolicyRunner is not rlx.runners.OnPolicyRunner  # rsl_rl's own module keeps its class
+        finally:
+            restore()
+        assert before.OnPolicyRunner is not rlx.runners.OnPolicyRunner
+        import rsl_rl.runners
+
+        assert rsl_rl.runners.OnPolicyRunner is home.OnPolicyRunner
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("backend_before", "backend_after"):
+            sys.modules.pop(name, None)
