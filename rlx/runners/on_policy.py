@@ -39,14 +39,12 @@ from rlx.core import distributed as rdist
 from rlx.envs.rsl_rl import RslRlVecEnv
 from rlx.run.checkpoint import load_checkpoint, save_checkpoint_atomic
 from rlx.core.yaml_types import config_to_dict
-from rlx.runners.rsl_rl_alg import ModelView, RslRlAlgorithm
+from rlx.runners.rsl_rl_alg import RUNNER_CHECKPOINT, ModelView, RslRlAlgorithm
 from rlx.runners.rsl_rl_cfg import algorithm_config_from_rsl_rl
 from rlx.runners.rsl_rl_logging import RunnerLogger, join_torchrun as _join_torchrun, obs_sets as _obs_sets, rsl_rl_tags
 
 __all__ = ["OnPolicyRunner"]
 
-#: The ``format`` of a runner checkpoint.
-RUNNER_CHECKPOINT = "rlx-on-policy-runner-1"
 
 
 class OnPolicyRunner:
@@ -203,25 +201,8 @@ class OnPolicyRunner:
         ``map_location`` is accepted; tensors always land on the runner's device.
         """
         state = load_checkpoint(path)
-        if state.get("format") != RUNNER_CHECKPOINT:
-            from rlx.runners.rsl_rl_checkpoint import is_rsl_rl_checkpoint, rsl_rl_to_rlx
-
-            if not is_rsl_rl_checkpoint(state):
-                raise ValueError(f"{path}: neither an rlx OnPolicyRunner checkpoint nor an rsl_rl one (keys "
-                                 f"{sorted(state)[:8]})")
-            loaded = rsl_rl_to_rlx(state, self.alg, where=str(path))
-        elif load_cfg is None:
-            self.alg.load_state_dict(state["algorithm"])
-            self.current_learning_iteration = int(state["iter"])
-            return state.get("infos")
-        else:
-            policy = state["algorithm"]["policy"]
-            loaded = {"iter": state["iter"], "optimizer_state_dict": state["algorithm"]["optimizer"]}
-            for part in ("actor", "critic"):
-                keys = getattr(self.alg, part).state_dict().keys()
-                loaded[f"{part}_state_dict"] = {k: policy[k] for k in keys if k in policy}
-        if self.alg.load(loaded, load_cfg, strict):
-            self.current_learning_iteration = int(loaded["iter"])
+        if self.alg.load(state, load_cfg, strict, where=str(path)):  # rsl_rl's runner's two steps, which
+            self.current_learning_iteration = int(state["iter"])   # subclasses (mjlab's) repeat
         return state.get("infos")
 
     def get_inference_policy(self, device: str | None = None) -> ModelView:

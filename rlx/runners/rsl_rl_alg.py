@@ -26,7 +26,12 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
-__all__ = ["ModelView", "RslRlAlgorithm"]
+__all__ = ["ModelView", "PolicyView", "RslRlAlgorithm", "RUNNER_CHECKPOINT"]
+
+#: The ``format`` of an :class:`rlx.runners.OnPolicyRunner` checkpoint.
+RUNNER_CHECKPOINT = "rlx-on-policy-runner-1"
+#: The key :meth:`RslRlAlgorithm.save` marks its dict with (its tensors carry rlx's names).
+RLX_NAMES = "rlx_names"
 
 
 def _attach(root: nn.Module, name: str, tensor: Tensor, parameter: bool) -> None:
@@ -408,12 +413,38 @@ class RslRlAlgorithm:
         """rsl_rl's algorithm dict: the actor's and the critic's state (the policy's
         tensors, rlx's names) and the optimizer's."""
         return {"actor_state_dict": self.actor.state_dict(), "critic_state_dict": self.critic.state_dict(),
-                "optimizer_state_dict": self._algorithm.optimizer.state_dict()}
+                "optimizer_state_dict": self._algorithm.optimizer.state_dict(), RLX_NAMES: True}
 
-    def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True) -> bool:
-        """Load what :meth:`save` returned, the parts ``load_cfg`` names (all by default:
-        ``actor``, ``critic``, ``optimizer``, ``iteration``); returns whether the
-        iteration should be loaded too."""
+    def load(self, loaded_dict: dict[str, Any], load_cfg: dict[str, bool] | None = None, strict: bool = True,
+             where: str = "checkpoint") -> bool:
+        """Load a checkpoint's dict, the parts ``load_cfg`` names (all by default:
+        ``actor``, ``critic``, ``optimizer``, ``iteration``); returns whether the caller
+        should take its ``iter`` (rsl_rl's contract, which runner subclasses rely on).
+
+        Takes what :meth:`save` returned, an :class:`rlx.runners.OnPolicyRunner`
+        checkpoint (without ``load_cfg``: the whole algorithm state, an exact resume; a
+        runner with another number of envs starts its envs afresh), and rsl_rl's own
+        (5.x ``actor_state_dict``, 3.x/4.x ``model_state_dict``; mapped by
+        :mod:`rlx.runners.rsl_rl_checkpoint`).
+
+        Raises:
+            ValueError: naming ``where``: none of these.
+        """
+        if loaded_dict.get("format") == RUNNER_CHECKPOINT:
+            if load_cfg is None:
+                self._algorithm.load_state_dict(loaded_dict["algorithm"])
+                return True
+            policy = loaded_dict["algorithm"]["policy"]
+            loaded_dict = {"optimizer_state_dict": loaded_dict["algorithm"]["optimizer"],
+                           **{f"{part}_state_dict": {k: policy[k] for k in getattr(self, part).state_dict() if k in policy}
+                              for part in ("actor", "critic")}}
+        elif not loaded_dict.get(RLX_NAMES):
+            from rlx.runners.rsl_rl_checkpoint import is_rsl_rl_checkpoint, rsl_rl_to_rlx
+
+            if not is_rsl_rl_checkpoint(loaded_dict):
+                raise ValueError(f"{where}: neither an rlx OnPolicyRunner checkpoint nor an rsl_rl one (keys "
+                                 f"{sorted(loaded_dict)[:8]})")
+            loaded_dict = rsl_rl_to_rlx(loaded_dict, self, where=where)
         load_cfg = load_cfg if load_cfg is not None else {"actor": True, "critic": True, "optimizer": True,
                                                           "iteration": True}
         if load_cfg.get("actor"):

@@ -180,7 +180,7 @@ def rsl_rl_to_rlx(state: dict[str, Any], alg: Any, where: str) -> dict[str, Any]
         if tuple(value.shape) != tuple(own[key].shape):
             raise ConfigError(f"{where}: {key!r} is {list(value.shape)} in the checkpoint, {list(own[key].shape)} in "
                               "the runner's policy: build the runner from the checkpoint's train_cfg")
-    loaded: dict[str, Any] = {"iter": int(state.get("iter", 0))}
+    loaded: dict[str, Any] = {"iter": int(state.get("iter", 0)), "rlx_names": True}
     for part in ("actor", "critic"):
         keys = getattr(alg, part).state_dict().keys()
         loaded[f"{part}_state_dict"] = {k: tensors[k].to(own[k].dtype) for k in keys if k in tensors}

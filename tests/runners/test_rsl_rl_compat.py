@@ -386,3 +386,28 @@ def test_one_line_switches_code_that_builds_rsl_rls_runners_itself(tmp_path: Pat
         sys.path.remove(str(tmp_path))
         for name in ("backend_before", "backend_after"):
             sys.modules.pop(name, None)
+
+
+class EnvStateRunner(OnPolicyRunner):
+    """A runner subclass written against rsl_rl's (mjlab's pattern): ``save`` adds the
+    env's state to ``infos``; ``load`` reads the file itself and calls ``alg.load``."""
+
+    def save(self, path, infos=None):
+        super().save(path, {**(infos or {}), "env_state": {"counter": 7}})
+
+    def load(self, path, load_cfg=None, strict=True, map_location=None):
+        loaded = torch.load(path, map_location=map_location, weights_only=False)
+        if self.alg.load(loaded, load_cfg, strict):
+            self.current_learning_iteration = loaded["iter"]
+        return loaded["infos"]
+
+
+def test_a_runner_subclass_written_against_rsl_rls_save_and_load(tmp_path: Path) -> None:
+    runner = EnvStateRunner(WindyReach(16, "cpu", seed=0), CFG, log_dir=str(tmp_path), device="cpu")
+    with _quiet():
+        runner.learn(2)
+    other = EnvStateRunner(WindyReach(16, "cpu", seed=1), CFG, device="cpu")
+    assert other.load(str(tmp_path / "model_1.pt"))["env_state"] == {"counter": 7}
+    assert other.current_learning_iteration == 1
+    for a, b in zip(runner.alg.policy.state_dict().values(), other.alg.policy.state_dict().values()):
+        assert torch.equal(a, b)
