@@ -165,7 +165,9 @@ class PolicyView(nn.Module):
         try:
             return super().__getattr__(name)
         except AttributeError:
-            return getattr(self._policy, name)
+            if "_policy" not in self.__dict__:  # a half-built copy (deepcopy, unpickling)
+                raise
+            return getattr(self.__dict__["_policy"], name)
 
     def forward(self, obs: Any) -> Tensor:
         return self._actor(obs)
