@@ -415,6 +415,8 @@ def run_config_from_rsl_rl(run: Any, path: str) -> Any:
         config, algorithm = distillation_from_rsl_rl(cfg, run.config, f"--rsl-rl-cfg {path}"), "distillation"
     else:
         config = algorithm_config_from_rsl_rl(cfg, run.config.num_envs, run.config.device)
+        if isinstance(config, RecurrentAlgorithmConfig):  # an RNNModel: the run config names it
+            algorithm = "recurrent_ppo"
     trainer = run.trainer
     if cfg.get("save_interval"):
         trainer = dataclasses.replace(trainer, checkpoint_every=int(cfg["save_interval"]))

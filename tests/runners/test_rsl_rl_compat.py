@@ -411,3 +411,21 @@ def test_a_runner_subclass_written_against_rsl_rls_save_and_load(tmp_path: Path)
     assert other.current_learning_iteration == 1
     for a, b in zip(runner.alg.policy.state_dict().values(), other.alg.policy.state_dict().values()):
         assert torch.equal(a, b)
+
+
+def test_rlx_train_takes_a_recurrent_rsl_rl_cfg_and_names_it(tmp_path: Path) -> None:
+    import yaml
+
+    from rlx.run.checkpoint import latest_checkpoint, load_checkpoint
+    from rlx.run.cli import main
+
+    run_config = tmp_path / "windy.yaml"
+    run_config.write_text("env: rlx.envs:RslRlVecEnv\nenv_kwargs: {make_env: rlx.examples.windy_reach:WindyReach}\n"
+                          "algorithm: ppo\nconfig: {num_envs: 16, device: cpu}\ntrainer: {max_iterations: 9, eval_every: 0}\n")
+    agent = tmp_path / "agent.yaml"
+    agent.write_text(yaml.safe_dump({**CFG, "max_iterations": 2, "save_interval": 1, "actor": {**RNN, "distribution_cfg": {}},
+                                     "critic": RNN}))
+    with _quiet():
+        assert main(["train", str(run_config), "--rsl-rl-cfg", str(agent), "--run-dir", str(tmp_path / "run"),
+                     "--threads", "1"]) == 0
+    assert load_checkpoint(latest_checkpoint(tmp_path / "run"))["config"]["algorithm"] == "recurrent_ppo"
