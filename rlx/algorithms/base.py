@@ -149,6 +149,8 @@ class Algorithm(MemberValues, ABC):
         self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device, num_seeds=self.num_seeds)
         if self.hparams.varies("gamma"):
             self.reward_scaler.set_gamma(self.hparams.per_env("gamma", config.num_envs))
+        if config.compile and config.normalize_rewards:  # collect's recursion over T as one program
+            self.reward_scaler.advance_fn = compiled(RewardScaler.advance, device=self.device)
         self.amp_dtype = self.members.amp_dtype(self.device)
         self.grad_scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.enable_amp and self.amp_dtype == torch.float16
@@ -442,11 +444,9 @@ class Algorithm(MemberValues, ABC):
             self.validate()
         # The rollout itself is not saved: a step() must follow a new collect().
         self._buffered = False
-        saved_envs = state.get("episode_return")
+        saved_envs = state.get("episode_return")  # under torchrun or with another number of envs (a play
         if self.world_size > 1 or (isinstance(saved_envs, Tensor) and saved_envs.shape[0] != self.num_envs):
-            # Under torchrun, or from a run with another number of envs (a play script's
-            # few): the shared state is loaded, the envs start afresh.
-            self._load_per_rank_state_fresh(state)
+            self._load_per_rank_state_fresh(state)  # script's few): the shared state loads, the envs start afresh
             return
         self.reward_scaler.load_state_dict(state["reward_scaler"])
         self.rollout.load_state_dict(state)

@@ -237,6 +237,8 @@ class RewardScaler(nn.Module):
         # the horizon stays the same. Not persistent: nothing in them outlives a call.
         self.register_buffer("_history", None, persistent=False)
         self.register_buffer("_decay", None, persistent=False)
+        #: :meth:`advance`, or a compiled program of it (an algorithm with ``compile``).
+        self.advance_fn = self.advance
 
     def extra_repr(self) -> str:
         return f"num_envs={self.num_envs}, gamma={self.gamma}, epsilon={self.epsilon}"
@@ -278,26 +280,32 @@ class RewardScaler(nn.Module):
         if horizon == 0:
             return
         history, decay = self._scratch(horizon)
-        rewards_BT = rewards[..., 0]  # [B, T, 1] -> [B, T]
-        dones_BT = dones[..., 0]
+        self.advance_fn(rewards[..., 0], dones[..., 0], history, decay, self.returns, self.gamma, self.gamma_rows)
+        # [B, T] -> [B*T], or with S members [B/S * T, S]: each member's returns are its column
+        self.stats.update(by_member(history.view(-1), self.num_seeds, 0))
 
+    @staticmethod
+    def advance(rewards: Tensor, dones: Tensor, history: Tensor, decay: Tensor, returns: Tensor, gamma: float,
+                gamma_rows: Tensor | None) -> None:
+        """The running returns through a rollout, in place: ``history`` ``[B, T]`` gets
+        every step's return and ``returns`` ``[B]`` the one carried into the next rollout
+        (``decay`` ``[B, T]`` is scratch). :meth:`update`'s recursion, on plain tensors:
+        ``advance_fn`` may be a compiled program of it."""
         # Unrolled, the rule is h_t = r_t + decay_{t-1} * h_{t-1} with
         # decay_t = gamma * (1 - done_t) and h_{-1} the carried return: one fused
         # multiply-add per step, in place in the history.
-        history.copy_(rewards_BT)
-        if self.gamma_rows is None:
-            decay.fill_(self.gamma).masked_fill_(dones_BT, 0.0)
-            history[:, 0].add_(self.returns, alpha=self.gamma)
+        history.copy_(rewards)
+        if gamma_rows is None:
+            decay.fill_(gamma).masked_fill_(dones, 0.0)
+            history[:, 0].add_(returns, alpha=gamma)
         else:
-            gamma = self.gamma_rows.reshape(-1, 1).to(decay.dtype)
-            decay.copy_(gamma.expand_as(decay)).masked_fill_(dones_BT, 0.0)
-            history[:, 0].addcmul_(self.returns, gamma[:, 0])
-        for t in range(1, horizon):
+            g = gamma_rows.reshape(-1, 1).to(decay.dtype)
+            decay.copy_(g.expand_as(decay)).masked_fill_(dones, 0.0)
+            history[:, 0].addcmul_(returns, g[:, 0])
+        for t in range(1, history.shape[1]):
             history[:, t].addcmul_(decay[:, t - 1], history[:, t - 1])
         # The return carried into the next rollout restarts if the last step ended.
-        self.returns.copy_(history[:, -1]).masked_fill_(dones_BT[:, -1], 0.0)
-        # [B, T] -> [B*T], or with S members [B/S * T, S]: each member's returns are its column
-        self.stats.update(by_member(history.view(-1), self.num_seeds, 0))
+        returns.copy_(history[:, -1]).masked_fill_(dones[:, -1], 0.0)
 
     @torch.no_grad()
     def reset(self) -> None:
