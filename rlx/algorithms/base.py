@@ -149,7 +149,7 @@ class Algorithm(MemberValues, ABC):
         self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device, num_seeds=self.num_seeds)
         if self.hparams.varies("gamma"):
             self.reward_scaler.set_gamma(self.hparams.per_env("gamma", config.num_envs))
-        if config.compile and config.normalize_rewards:  # collect's recursion over T as one program
+        if self.compiles and config.normalize_rewards:  # collect's recursion over T as one program
             self.reward_scaler.advance_fn = compiled(RewardScaler.advance, device=self.device)
         self.amp_dtype = self.members.amp_dtype(self.device)
         self.grad_scaler = torch.amp.GradScaler(
