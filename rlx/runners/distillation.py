@@ -43,6 +43,7 @@ from rlx.envs.rsl_rl import RslRlVecEnv
 from rlx.run.checkpoint import load_checkpoint, save_checkpoint_atomic
 from rlx.runners.on_policy import OnPolicyRunner
 from rlx.runners.rsl_rl_alg import RslRlAlgorithm
+from rlx.runners.rsl_rl_teacher import rlx_teacher_from_rsl_rl
 from rlx.runners.rsl_rl_cfg import distillation_config_from_rsl_rl, rsl_rl_teacher_cfg, teacher_kind
 
 __all__ = ["DistillationRunner"]
@@ -101,11 +102,14 @@ class DistillationRunner(OnPolicyRunner):
             self.alg.load_state_dict(state["algorithm"])
             self.current_learning_iteration = int(state["iter"])
             return state.get("infos")
-        if teacher_kind(state, f"DistillationRunner.load: {path}") == "rlx":
+        where = f"DistillationRunner.load: {path}"
+        if teacher_kind(state, where) == "rlx":
             teacher = {"kind": "rlx", "checkpoint": load_checkpoint(path)}  # rlx's own: weights only
-        else:
-            weights = state.get("actor_state_dict") or state.get("teacher_state_dict")
-            teacher = {"kind": "rsl_rl", "checkpoint": {"actor_state_dict": weights}}
+        else:  # rsl_rl's (5.x or 3.x/4.x), rebuilt as an rlx policy on the env's specs
+            env = self.env
+            specs = RslRlVecEnv.factory(lambda num_envs, device: env, reset_env=False)(env.num_envs, device=self.device)
+            teacher = {"kind": "rlx", "checkpoint": rlx_teacher_from_rsl_rl(state, self.cfg, specs.observation_spec,
+                                                                            specs.action_spec, where)}
         self._build(teacher)
         return state.get("infos")
 

@@ -362,19 +362,17 @@ def distillation_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: 
 
 
 def teacher_kind(state: dict[str, Any], where: str) -> str:
-    """``"rlx"`` or ``"rsl_rl"``: who wrote the teacher checkpoint ``state``.
+    """``"rlx"`` or ``"rsl_rl"``: who wrote the teacher checkpoint ``state`` (rsl_rl 5.x's
+    ``actor_state_dict`` / ``teacher_state_dict``, or 3.x/4.x's ``model_state_dict``).
 
     Raises:
-        ConfigError: naming ``where``: an rsl_rl 3.x/4.x checkpoint, or none of either.
+        ConfigError: naming ``where``: none of either.
     """
     if "algorithm" in state and "config" in state:  # rlx train's and the runners' checkpoints
         return "rlx"
-    if state.get("actor_state_dict") is not None or state.get("teacher_state_dict") is not None:
+    if any(state.get(k) is not None for k in ("actor_state_dict", "teacher_state_dict", "model_state_dict")):
         return "rsl_rl"
-    if "model_state_dict" in state:
-        raise ConfigError(f"{where}: an rsl_rl 3.x/4.x checkpoint (model_state_dict); rlx distils teachers of rlx's "
-                          "runners and of rsl_rl 5.x")
-    raise ConfigError(f"{where}: neither a teacher (an rlx or rsl_rl 5.x PPO checkpoint) nor a DistillationRunner "
+    raise ConfigError(f"{where}: neither a teacher (an rlx or rsl_rl PPO checkpoint) nor a DistillationRunner "
                       f"checkpoint (keys {sorted(state)[:8]})")
 
 

@@ -54,18 +54,21 @@ def _split_5x(sd: dict[str, Tensor]) -> dict[str, dict[str, Tensor]]:
     return parts
 
 
-def _split_legacy(sd: dict[str, Tensor]) -> tuple[dict[str, dict[str, Tensor]], dict[str, dict[str, Tensor]]]:
-    """A 3.x/4.x ``model_state_dict`` as two 5.x-like networks."""
+def _split_legacy(sd: dict[str, Tensor], actor_head: str = "actor"
+                  ) -> tuple[dict[str, dict[str, Tensor]], dict[str, dict[str, Tensor]]]:
+    """A 3.x/4.x ``model_state_dict`` as two 5.x-like networks; ``actor_head="teacher"``
+    takes a ``StudentTeacher``'s teacher as the actor."""
     actor: dict[str, dict[str, Tensor]] = {"mlp": {}, "rnn": {}, "cnns": {}, "norm": {}, "std": {}}
     critic: dict[str, dict[str, Tensor]] = {"mlp": {}, "rnn": {}, "cnns": {}, "norm": {}, "std": {}}
+    memory = {"actor": "memory_a", "teacher": "memory_t"}.get(actor_head, f"memory_{actor_head[0]}")
     for key, value in sd.items():
         head, _, rest = key.partition(".")
-        if head in ("actor", "critic"):
-            (actor if head == "actor" else critic)["mlp"][rest] = value
-        elif head in ("memory_a", "memory_c"):
-            (actor if head == "memory_a" else critic)["rnn"][rest.removeprefix("rnn.")] = value
-        elif head in ("actor_obs_normalizer", "critic_obs_normalizer"):
-            (actor if head.startswith("actor") else critic)["norm"][rest] = value
+        if head in (actor_head, "critic"):
+            (actor if head == actor_head else critic)["mlp"][rest] = value
+        elif head in (memory, "memory_c"):
+            (actor if head == memory else critic)["rnn"][rest.removeprefix("rnn.")] = value
+        elif head in (f"{actor_head}_obs_normalizer", "critic_obs_normalizer"):
+            (actor if head.startswith(actor_head) else critic)["norm"][rest] = value
         elif key == "std":
             actor["std"]["std_param"] = value
         elif key == "log_std":

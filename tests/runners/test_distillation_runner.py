@@ -180,7 +180,7 @@ def test_teachers_of_rsl_rl_5x_its_ppo_and_its_own_distillation_checkpoints(tmp_
         with contextlib.redirect_stdout(io.StringIO()):
             runner.learn(1)
     torch.save({"model_state_dict": {}, "iter": 0}, tmp_path / "old.pt")
-    with pytest.raises(ConfigError, match="rsl_rl 3.x/4.x checkpoint"):
+    with pytest.raises(ConfigError, match="the checkpoint has nothing for the teacher's 'model.actor.0.bias'"):
         runner.load(str(tmp_path / "old.pt"))
 
 
@@ -212,3 +212,41 @@ def test_rlx_train_distils_from_an_rsl_rl_distillation_cfg(teacher: Path, tmp_pa
     no_teacher.write_text(run_config.read_text().replace(f", teacher: {teacher}", "").replace("distillation", "ppo"))
     assert main(["train", str(no_teacher), "--rsl-rl-cfg", str(agent), "--run-dir", str(tmp_path / "bad")]) == 2
     assert "needs the teacher's checkpoint as the run config's config.teacher" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("normalized", [False, True])
+def test_rsl_rl_3x_4x_checkpoints_are_teachers_too_without_rsl_rl(tmp_path: Path, normalized: bool) -> None:
+    """Isaac Lab's published checkpoints are rsl_rl 3.x/4.x's (``model_state_dict``:
+    ``actor.*``, ``actor_obs_normalizer``, ``std``). One is written here from an rlx
+    runner's actor, in that layout; the DistillationRunner rebuilds the teacher from the
+    ``policy`` section's ``teacher_hidden_dims`` and acts as the actor did (exactly:
+    the normalizer's statistics carry over, and rsl_rl's epsilon does not enter)."""
+    cfg = copy.deepcopy(TEACHER_CFG)
+    cfg["actor"]["obs_normalization"] = cfg["critic"]["obs_normalization"] = normalized
+    ppo = OnPolicyRunner(WindyReach(64, "cpu", seed=0), cfg, device="cpu")
+    with contextlib.redirect_stdout(io.StringIO()):
+        ppo.learn(2)
+    policy = ppo.alg.algorithm.policy
+    legacy = {f"actor.{k.removeprefix('model.actor.')}": v for k, v in policy.state_dict().items()
+              if k.startswith("model.actor.")}
+    legacy["std"] = policy.model.log_std.detach().exp()
+    # rlx's first layer reads the groups sorted (critic 3, policy 4); rsl_rl's in obs_groups order (policy, critic).
+    first = legacy["actor.0.weight"]
+    legacy["actor.0.weight"] = torch.cat([first[:, 3:], first[:, :3]], dim=1)
+    if normalized:  # rsl_rl normalizes the concatenated groups (obs_groups order: policy, critic)
+        rms = [policy.obs_normalizers[k] for k in ("policy", "critic")]
+        legacy["actor_obs_normalizer._mean"] = torch.cat([r.mean for r in rms]).float()[None]
+        legacy["actor_obs_normalizer._var"] = torch.cat([r.var for r in rms]).float()[None]
+        legacy["actor_obs_normalizer._std"] = legacy["actor_obs_normalizer._var"].sqrt()
+        legacy["actor_obs_normalizer.count"] = rms[0].count.clone().long()
+    torch.save({"model_state_dict": legacy, "iter": 2, "infos": None}, tmp_path / "isaaclab.pt")
+    runner = DistillationRunner(WindyReach(64, "cpu", seed=0), {**DISTILL_CFG_3, "policy": {
+        **DISTILL_CFG_3["policy"], "teacher_hidden_dims": [64, 64], "activation": "elu",
+        "teacher_obs_normalization": normalized}}, device="cpu")
+    runner.load(str(tmp_path / "isaaclab.pt"))
+    obs = runner.env.get_observations()
+    with torch.no_grad():
+        expected = policy.sample_actions(ppo.alg.env.groups(obs), deterministic=True).env_actions
+        torch.testing.assert_close(runner.alg.teacher_actions(obs), expected, atol=1e-6, rtol=1e-6)
+    with contextlib.redirect_stdout(io.StringIO()):
+        runner.learn(1)
