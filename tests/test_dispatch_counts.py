@@ -29,6 +29,7 @@ def test_a_compiled_iteration_dispatches_few_eager_ops_and_programs() -> None:
     # the epoch's gather moved into programs; 312 and 33 after. Then 179 and 34: the
     # reward scaler's recursion over T (133 ops) became one program, its statistics'
     # update staying eager (compiled, torch 2.13 lost the in-place updates of their
-    # float64 0-d tensors). The 16 minibatch updates are one call each; the T loop is 8.
+    # float64 0-d tensors). Then 106 and 34: the rollout's statistics joined that program
+    # (collect's tail). The 16 minibatch updates are one call each; the T loop is 8.
     assert counts["programs"] <= 34, counts
-    assert counts["eager_ops"] <= 180, counts
+    assert counts["eager_ops"] <= 110, counts

@@ -149,8 +149,6 @@ class Algorithm(MemberValues, ABC):
         self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device, num_seeds=self.num_seeds)
         if self.hparams.varies("gamma"):
             self.reward_scaler.set_gamma(self.hparams.per_env("gamma", config.num_envs))
-        if self.compiles and config.normalize_rewards:  # collect's recursion over T as one program
-            self.reward_scaler.advance_fn = compiled(RewardScaler.advance, device=self.device)
         self.amp_dtype = self.members.amp_dtype(self.device)
         self.grad_scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.enable_amp and self.amp_dtype == torch.float16
@@ -303,9 +301,8 @@ class Algorithm(MemberValues, ABC):
                 # first update does not see raw observations as if normalized.
                 self.policy.update_obs_stats(rollout.obs[0])
         overflow = rollout.run(deterministic)
-        if self.config.normalize_rewards:
-            self.reward_scaler.update(*rollout.rewards_and_dones())
-        host = rollout.statistics(overflow).to_host()  # SYNC: the one transfer of collect()
+        tail = rollout.tail(self.reward_scaler if self.config.normalize_rewards else None)
+        host = rollout.statistics(overflow, tail).to_host()  # SYNC: the one transfer of collect()
         rollout.finish(host)
         self.num_collects += 1
         self.env_steps += self.config.num_envs * self.horizon * self.world_size  # every rank's (per seed)

@@ -11,7 +11,7 @@ import torch
 from tensordict import TensorDictBase
 from torch import Tensor
 
-from rlx.env import OBS
+from rlx.env import FINAL_OBS, OBS, TRUNCATED
 
 __all__ = ["EpisodeStats", "carry_episodes", "episode_statistics", "float_leaves", "truncated_slots"]
 
@@ -75,6 +75,45 @@ def episode_statistics(
         return x.sum() if groups == 1 else x.view(groups, -1).sum(dim=1)
 
     return EpisodeStats(total(d), total(episode_return * d), total(episode_length * d), next_return, next_length)
+
+
+def rollout_statistics(rewards: Tensor, dones: Tensor, carried_return: Tensor, carried_length: Tensor,
+                       time_index: Tensor, groups: int, leaves: list[Tensor]) -> dict[str, Tensor]:
+    """A rollout's statistic tensors, by name, on plain tensors (part of collect's tail
+    program with ``compile``); carries the unfinished episodes into ``carried_return`` and
+    ``carried_length`` in place.
+
+    Args:
+        rewards: ``[B, T, 1]``; dones: ``[B, T, 1]`` bool; ``carried_*``, ``time_index``
+            and ``groups``: :func:`episode_statistics`'s.
+        leaves: Tensors whose finiteness ``rollout/finite`` reports, with the rewards'.
+    """
+    r = rewards.squeeze(-1).double()  # [B, T]
+    episodes = episode_statistics(r, dones.squeeze(-1), carried_return, carried_length, time_index, groups=groups)
+    carry_episodes(episodes, carried_return, carried_length)
+    horizon = r.sum(dim=1)  # [B]
+    out = {"returns/min": horizon.min(), "returns/max": horizon.max(), "rewards/min": r.min(), "rewards/max": r.max(),
+           "episodes/count": episodes.count, "episodes/return_sum": episodes.return_sum,
+           "episodes/length_sum": episodes.length_sum}
+    out["returns/std"], out["returns/mean"] = torch.std_mean(horizon, correction=0)
+    out["rewards/std"], out["rewards/mean"] = torch.std_mean(r, correction=0)
+    finite = torch.isfinite(rewards).all()
+    for leaf in leaves:
+        finite = finite & torch.isfinite(leaf).all()
+    out["rollout/finite"] = finite
+    return out
+
+
+def truncated_final_obs_leaves(buffer: TensorDictBase, horizon: int) -> list[tuple[str, Tensor]]:
+    """A rollout buffer's ``final_obs`` float leaves ``[B, T, ...]``, zeroed where the step
+    did not truncate: only truncated steps' final observations are valued (the bootstrap)."""
+    truncated = buffer.get(TRUNCATED)[:, :horizon]  # [B, T, 1]
+    B, T = truncated.shape[:2]
+    leaves = []
+    for name, leaf in float_leaves(buffer.get(FINAL_OBS)[:, :horizon]):
+        mask = truncated.view(B, T, *([1] * (leaf.dim() - 2)))
+        leaves.append((FINAL_OBS + name[len(OBS) :], leaf.masked_fill(~mask, 0.0)))
+    return leaves
 
 
 def carry_episodes(stats: EpisodeStats, episode_return: Tensor, episode_length: Tensor) -> None:

@@ -35,9 +35,12 @@ from rlx.env import (
     check_step_output,
 )
 from rlx.collect.compiled_loop import CompiledTLoop
-from rlx.collect.episodes import carry_episodes, episode_statistics, float_leaves, raise_first_nonfinite, truncated_slots
+from rlx.collect.episodes import (float_leaves, raise_first_nonfinite, rollout_statistics, truncated_final_obs_leaves,
+                                  truncated_slots)
 from rlx.members.axis import Members
 from rlx.policy import Obs, PolicyBase, StepOutput, flatten_time
+from rlx.core.compiling import compiled
+from rlx.core.normalization import RewardScaler
 from rlx.core.stats import Stats
 
 __all__ = ["Rollout", "VALUE_PASS_ROWS"]
@@ -90,6 +93,7 @@ class Rollout:
         #: ``compile_steps``: the compiled T loop, made with the buffer.
         self.compiled_loop: CompiledTLoop | None = None
         self._compile_steps = compile_steps
+        self._tail = compiled(self._tail_tensors, device=device) if compile_steps else self._tail_tensors
         self.buffer: TensorDict | None = None
         self.terminates = self.truncates = False
         # Per-env partial-episode return and length carried across collects (float64:
@@ -366,29 +370,38 @@ class Rollout:
         T, buf = self.horizon, self.buffer
         return buf.get(REWARDS)[:, :T], buf.get(TERMINATED)[:, :T] | buf.get(TRUNCATED)[:, :T]
 
-    def statistics(self, overflow: Tensor) -> Stats:
-        """This collect's statistics, by name, on the device; carries the unfinished
-        episodes into the next collect."""
+    def tail(self, scaler: RewardScaler | None) -> dict[str, Tensor]:
+        """collect's work after the T loop: the reward scaler's running returns through
+        the rollout (``scaler``; ``None`` without reward scaling), merged into its
+        statistics, and this rollout's statistic tensors (carrying the unfinished
+        episodes into the next collect). With ``compile_steps`` the tensor work is one
+        program; the scaler's statistics merge eagerly (compiled, torch 2.13 lost the
+        in-place updates of their float64 0-d tensors)."""
+        scratch = scaler.scratch(self.horizon) if scaler is not None else None
+        out = self._tail(scaler, scratch)
+        if scaler is not None:
+            scaler.record(scratch[0])
+        return out
+
+    def _tail_tensors(self, scaler: RewardScaler | None, scratch: tuple[Tensor, Tensor] | None) -> dict[str, Tensor]:
         rewards, dones = self.rewards_and_dones()
-        r = rewards.squeeze(-1).double()  # [B, T]
-        episodes = episode_statistics(r, dones.squeeze(-1), self.episode_return, self.episode_length, self._time_index,
-                                      groups=self.members.size)
-        carry_episodes(episodes, self.episode_return, self.episode_length)
-        horizon_returns = r.sum(dim=1)  # [B]
+        if scaler is not None:
+            scaler.advance(rewards[..., 0], dones[..., 0], *scratch, scaler.returns, scaler.gamma, scaler.gamma_rows)
+        leaves = [leaf for _, leaf in float_leaves(self.buffer.get(OBS)) + self._truncated_final_obs_leaves()]
+        return rollout_statistics(rewards, dones, self.episode_return, self.episode_length, self._time_index,
+                                  self.members.size, leaves)
+
+    def statistics(self, overflow: Tensor, tail: dict[str, Tensor]) -> Stats:
+        """This collect's statistics, by name, on the device, from :meth:`tail`'s tensors."""
         stats = Stats()
-        stats.add("returns/min", horizon_returns.min(), "min")
-        stats.add("returns/max", horizon_returns.max(), "max")
-        stats.add_std_mean("returns/std", "returns/mean", horizon_returns)
-        stats.add("rewards/min", r.min(), "min")
-        stats.add("rewards/max", r.max(), "max")
-        stats.add_std_mean("rewards/std", "rewards/mean", r)
+        for name in ("returns/min", "returns/max", "rewards/min", "rewards/max"):
+            stats.add(name, tail[name], name[-3:])  # "min" or "max"
+        stats.add_std("returns/std", "returns/mean", tail["returns/std"], tail["returns/mean"])
+        stats.add_std("rewards/std", "rewards/mean", tail["rewards/std"], tail["rewards/mean"])
         add = self.members.stats(stats)
-        for name, value in (("count", episodes.count), ("return_sum", episodes.return_sum), ("length_sum", episodes.length_sum)):
-            add(f"episodes/{name}", value.reshape(self.members.lead), "sum")  # [S] each member's, their sum
-        finite = torch.isfinite(rewards).all()
-        for _, leaf in float_leaves(self.buffer.get(OBS)) + self._truncated_final_obs_leaves():
-            finite = finite & torch.isfinite(leaf).all()
-        stats.add("rollout/finite", finite, "min")
+        for name in ("episodes/count", "episodes/return_sum", "episodes/length_sum"):
+            add(name, tail[name].reshape(self.members.lead), "sum")  # [S] each member's, their sum
+        stats.add("rollout/finite", tail["rollout/finite"], "min")
         stats.add("rollout/truncation_overflow", overflow, "max")
         pop_logs = getattr(self.env, "pop_log_stats", None)  # an env's own logged scalars
         for name, value in (pop_logs() if callable(pop_logs) else {}).items():
@@ -428,17 +441,7 @@ class Rollout:
         }
 
     def _truncated_final_obs_leaves(self) -> list[tuple[str, Tensor]]:
-        """``final_obs``'s float leaves ``[B, T, ...]``, zeroed where the step did not
-        truncate: only truncated steps' final observations are valued (the bootstrap)."""
-        if not self.truncates:
-            return []
-        B, T = self.num_envs, self.horizon
-        truncated = self.buffer.get(TRUNCATED)[:, :T]  # [B, T, 1]
-        leaves = []
-        for name, leaf in float_leaves(self.buffer.get(FINAL_OBS)[:, :T]):
-            mask = truncated.view(B, T, *([1] * (leaf.dim() - 2)))
-            leaves.append((FINAL_OBS + name[len(OBS) :], leaf.masked_fill(~mask, 0.0)))
-        return leaves
+        return truncated_final_obs_leaves(self.buffer, self.horizon) if self.truncates else []
 
     def _raise_nonfinite(self) -> None:
         """Name the first non-finite reward or observation (an error path: syncs freely)."""

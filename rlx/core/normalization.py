@@ -237,8 +237,6 @@ class RewardScaler(nn.Module):
         # the horizon stays the same. Not persistent: nothing in them outlives a call.
         self.register_buffer("_history", None, persistent=False)
         self.register_buffer("_decay", None, persistent=False)
-        #: :meth:`advance`, or a compiled program of it (an algorithm with ``compile``).
-        self.advance_fn = self.advance
 
     def extra_repr(self) -> str:
         return f"num_envs={self.num_envs}, gamma={self.gamma}, epsilon={self.epsilon}"
@@ -279,18 +277,23 @@ class RewardScaler(nn.Module):
         horizon = rewards.shape[1]
         if horizon == 0:
             return
-        history, decay = self._scratch(horizon)
-        self.advance_fn(rewards[..., 0], dones[..., 0], history, decay, self.returns, self.gamma, self.gamma_rows)
+        history, decay = self.scratch(horizon)
+        self.advance(rewards[..., 0], dones[..., 0], history, decay, self.returns, self.gamma, self.gamma_rows)
+        self.record(history)
+
+    @torch.no_grad()
+    def record(self, history: Tensor) -> None:
+        """Merge a rollout's ``[B, T]`` running returns (:meth:`advance`'s ``history``) into ``stats``."""
         # [B, T] -> [B*T], or with S members [B/S * T, S]: each member's returns are its column
-        self.stats.update(by_member(history.view(-1), self.num_seeds, 0))
+        self.stats.update(by_member(history.reshape(-1), self.num_seeds, 0))
 
     @staticmethod
     def advance(rewards: Tensor, dones: Tensor, history: Tensor, decay: Tensor, returns: Tensor, gamma: float,
                 gamma_rows: Tensor | None) -> None:
         """The running returns through a rollout, in place: ``history`` ``[B, T]`` gets
         every step's return and ``returns`` ``[B]`` the one carried into the next rollout
-        (``decay`` ``[B, T]`` is scratch). :meth:`update`'s recursion, on plain tensors:
-        ``advance_fn`` may be a compiled program of it."""
+        (``decay`` ``[B, T]`` is scratch). :meth:`update`'s recursion, on plain tensors
+        (part of collect's tail program with ``compile``: :meth:`rlx.collect.rollout.Rollout.tail`)."""
         # Unrolled, the rule is h_t = r_t + decay_{t-1} * h_{t-1} with
         # decay_t = gamma * (1 - done_t) and h_{-1} the carried return: one fused
         # multiply-add per step, in place in the history.
@@ -337,7 +340,7 @@ class RewardScaler(nn.Module):
         # A 0-d divisor does not promote the result, so bf16 rewards stay bf16.
         return torch.div(rewards, member_rows(self.scale(), self.num_seeds, rewards), out=out)
 
-    def _scratch(self, horizon: int) -> tuple[Tensor, Tensor]:
+    def scratch(self, horizon: int) -> tuple[Tensor, Tensor]:
         """The ``[B, T]`` float32 history and decay tensors, allocated once per horizon."""
         if self._history is None or self._history.shape[1] != horizon:
             shape = (self.num_envs, horizon)

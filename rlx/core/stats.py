@@ -51,7 +51,10 @@ class Stats:
 
     def add_std_mean(self, std_name: str, mean_name: str, x: Tensor) -> None:
         """Record the population std and the mean of ``x`` (equal sample counts per rank)."""
-        std, mean = torch.std_mean(x, correction=0)
+        self.add_std(std_name, mean_name, *torch.std_mean(x, correction=0))
+
+    def add_std(self, std_name: str, mean_name: str, std: Tensor, mean: Tensor) -> None:
+        """Record a population std and its mean, computed already (equal sample counts per rank)."""
         self.add(mean_name, mean, "mean")
         self._values[std_name] = std
         self._ops[std_name] = "std"

@@ -197,19 +197,22 @@ def test_reward_scaler_matches_float64_reference(
 
 
 def test_compiled_reward_scaler_recursion_matches_float64_reference() -> None:
-    """``compile=True`` runs :meth:`RewardScaler.advance` as one program; the float32
-    recursion over 4 x 16 steps stays within 64 * 2^-24 of the float64 returns (relative),
-    so the eager test's 1e-5 holds (a fused multiply-add only rounds once)."""
+    """``compile=True`` runs :meth:`RewardScaler.advance` in a program (collect's tail,
+    then :meth:`RewardScaler.record` eagerly); the float32 recursion over 4 x 16 steps
+    stays within 64 * 2^-24 of the float64 returns (relative), so the eager test's 1e-5
+    holds (a fused multiply-add only rounds once)."""
     from rlx.core.compiling import compiled
 
     B, T, gamma = 8, 16, 0.9
     g = torch.Generator().manual_seed(7)
     scaler, reference = RewardScaler(B, gamma), ReferenceRewardScaler(B, gamma)
-    scaler.advance_fn = compiled(RewardScaler.advance, device="cpu")
+    advance = compiled(RewardScaler.advance, device="cpu")
     for _ in range(4):
         rewards = 1.0 + torch.randn(B, T, 1, generator=g)
         dones = torch.rand(B, T, 1, generator=g) < 0.2
-        scaler.update(rewards, dones)
+        history, decay = scaler.scratch(T)
+        advance(rewards[..., 0], dones[..., 0], history, decay, scaler.returns, gamma, None)
+        scaler.record(history)
         reference.update(rewards, dones)
     torch.testing.assert_close(scaler.returns.double(), torch.tensor(reference.running, dtype=torch.float64),
                                rtol=1e-5, atol=1e-5)
