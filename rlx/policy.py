@@ -186,6 +186,11 @@ class PolicyBase(nn.Module):
 
     # -- observation normalization -------------------------------------------------
 
+    @property
+    def normalizes_obs(self) -> bool:
+        """Whether any observation entry has running statistics (``normalize_obs``)."""
+        return bool(self._norm_keys)
+
     def normalize(self, obs: Obs) -> Obs:
         """Normalize every floating observation entry with the running statistics."""
         if not self._norm_keys:

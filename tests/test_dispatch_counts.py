@@ -27,9 +27,13 @@ def test_a_compiled_iteration_dispatches_few_eager_ops_and_programs() -> None:
         torch.set_num_threads(threads)
     # 2026-11-26: 769 eager ops and 28 programs before the update's statistics, GAE and
     # the epoch's gather moved into programs; 312 and 33 after. Then 179 and 34: the
-    # reward scaler's recursion over T (133 ops) became one program, its statistics'
-    # update staying eager (compiled, torch 2.13 lost the in-place updates of their
-    # float64 0-d tensors). Then 106 and 34: the rollout's statistics joined that program
-    # (collect's tail). The 16 minibatch updates are one call each; the T loop is 8.
-    assert counts["programs"] <= 34, counts
-    assert counts["eager_ops"] <= 110, counts
+    # reward scaler's recursion over T became one program. Then 106 and 34: the rollout's
+    # statistics joined it (collect's tail). Then 14 and 31: the values and V(final_obs)
+    # joined the tail, the scaler's merge came out of it as new moments (one copy after
+    # it), both phases' statistics are stacked inside their programs, and the KL pass
+    # after the update runs in the step's statistics program. What is left: 4 randperm
+    # (inductor 2.13 fails on a randperm inside a program), 4 item (dynamo's guards on
+    # the scaler's 0-d float64 statistics, CPU only), the transfer's 4 and 2 copies. The
+    # 16 minibatch updates are one call each; the T loop is 8; the issue's bounds hold.
+    assert counts["programs"] <= 32, counts
+    assert counts["eager_ops"] <= 40, counts

@@ -300,9 +300,9 @@ class Algorithm(MemberValues, ABC):
                 # Start the running obs statistics from the first observations, so the
                 # first update does not see raw observations as if normalized.
                 self.policy.update_obs_stats(rollout.obs[0])
-        overflow = rollout.run(deterministic)
-        tail = rollout.tail(self.reward_scaler if self.config.normalize_rewards else None)
-        host = rollout.statistics(overflow, tail).to_host()  # SYNC: the one transfer of collect()
+        rollout.run(deterministic)
+        stats = rollout.tail(self.reward_scaler if self.config.normalize_rewards else None)
+        host = stats.to_host()  # SYNC: the one transfer of collect()
         rollout.finish(host)
         self.num_collects += 1
         self.env_steps += self.config.num_envs * self.horizon * self.world_size  # every rank's (per seed)
@@ -361,7 +361,8 @@ class Algorithm(MemberValues, ABC):
     def _finish_step(self) -> None:
         """Bookkeeping after an update: obs statistics, schedules, flags."""
         T = self.horizon
-        self.policy.update_obs_stats(flatten_time(self.buffer.get(OBS)[:, 1 : T + 1]))
+        if self.policy.normalizes_obs:
+            self.policy.update_obs_stats(flatten_time(self.buffer.get(OBS)[:, 1 : T + 1]))
         if self.config.lr_schedule is not None:
             self._set_lr(self.lr_schedule.value(self.env_steps))
         self._buffered = False
@@ -370,9 +371,10 @@ class Algorithm(MemberValues, ABC):
     @torch.no_grad()
     def _params_finite(self) -> Tensor:
         """``[]`` bool, whether every policy parameter is finite: stays on the device for
-        step()'s one transfer (a NaN or inf entry makes the total norm non-finite)."""
-        norms = torch._foreach_norm(list(self.policy.model.parameters()))  # one op for every parameter
-        return torch.isfinite(torch.linalg.vector_norm(torch.stack(norms)))
+        step()'s one transfer (a NaN or inf entry makes the sum non-finite)."""
+        # A sum is NaN or inf when an entry is (finite entries would have to pass 1e38 in
+        # magnitude to overflow it); compiled with step()'s statistics, one fused pass.
+        return torch.stack([p.sum() for p in self.policy.model.parameters()]).sum().isfinite()
 
     def _check_params_finite(self, host: dict[str, float], stats: dict[str, float]) -> None:
         """Raise when ``host["params/finite"]`` (from :meth:`_params_finite`) says no."""

@@ -2,8 +2,9 @@
 minibatch updates that run over them (:class:`Epochs`, a part of :class:`~rlx.algorithms.ppo.PPO`).
 
 The statistics stay on the device: each minibatch update adds its loss terms and KL
-into the algorithm's accumulators (``_sums``, ``_kl_max``); the only host sync is one
-per epoch when the KL early stop is on.
+into the algorithm's accumulators (``_sums``, ``_kl_max``, zeroed by the step's first
+program), and one function turns them into the step's statistics; the only host sync is
+one per epoch when the KL early stop is on.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ import torch
 from torch import Tensor
 
 from rlx.core._sync import allowed_sync
+from rlx.core.stats import Stats
 
 if TYPE_CHECKING:
     from rlx.algorithms.minibatches import Batch
-    from rlx.core.stats import Stats
     from rlx.policy import Obs
 
 __all__ = ["Epochs"]
@@ -44,19 +45,24 @@ class Epochs:
         cfg, control, members = self.config, self.kl_stop, self.members
         bounds = self.minibatch_bounds()
         num_minibatches, N = len(bounds), sum(size for _, size in bounds)
-        # The statistics the update accumulates on the device, in place (loss_fields' order).
-        sums, kl_max = self._sums.zero_(), self._kl_max.zero_()
         kl_index = self._kl_index
         if control is not None:
             control.begin()
         epochs_run = 0
+        # Every epoch's order, drawn first: the same random numbers whether the early stop
+        # ends the loop (sync_kl_stop) or holds the later epochs' steps.
+        orders = [self._epoch_order(N, num_minibatches) for _ in range(cfg.num_sgd_iters)]
         # A member's statistics cover the epochs a run of its own would have run: those
         # it was still open at the start of (the KL early stop ends them member by member).
         member_epochs = torch.zeros(members.lead, device=self.device) if control is not None else None
-        for _ in range(cfg.num_sgd_iters):
+        # The epochs the loop runs (on the device): the first, then each begun before the stop.
+        sgd_epochs = torch.ones((), device=self.device) if control is not None else None
+        for e, order in enumerate(orders):
             if control is not None:
+                if e > 0:
+                    sgd_epochs += ~control.stopped(members.active())
                 member_epochs += control.start_epoch()
-            epoch = self._epoch(batch, N, num_minibatches)
+            epoch = self._epoch(batch, order)
             kl_so_far = torch.zeros((), device=self.device) if cfg.accumulate_grads else None
             for k, mb in enumerate(self._minibatch_views(epoch, bounds)):
                 if not cfg.accumulate_grads:
@@ -70,22 +76,39 @@ class Epochs:
                 if self.rnd is not None and (not cfg.accumulate_grads or k == num_minibatches - 1):
                     self._rnd_steps += 1  # the predictor stepped with this minibatch
             epochs_run += 1
-            if control is not None:
+            if control is not None and self.sync_kl_stop:
                 with allowed_sync():
-                    if control.stopped(members.active()).item():  # SYNC: one per epoch, the KL early stop
+                    if control.stopped(members.active()).item():  # SYNC: one per epoch (sync_kl_stop)
                         break
         epochs = member_epochs.clamp(min=1) if member_epochs is not None else epochs_run
-        means = self.loss_fields(*(sums / (epochs * num_minibatches)).unbind())
-        return self._step_stats(means, batch, kl_max), epochs_run
+        stats = Stats()
+        if sgd_epochs is not None:
+            stats.add("monitors/sgd_epochs", sgd_epochs, "max")
+        self.finish_statistics(stats, batch, epochs * num_minibatches)
+        return stats, epochs_run
 
-    def _epoch(self, batch: Batch, N: int, num_minibatches: int) -> Batch:
-        """The batch in this epoch's order: one gather per epoch into contiguous memory,
+    def step_statistics(self, stats: Stats, batch: Batch, minibatches_run: Tensor | int) -> None:
+        """``step()``'s statistics into ``stats``, stacked for the one transfer: the means
+        of what the minibatch updates accumulated (``_sums``, over ``minibatches_run``,
+        each member's with the KL early stop) and what :meth:`_step_stats` measures after
+        the update. One function, which eager runs and ``compile`` runs as one program
+        (``finish_statistics``)."""
+        means = self.loss_fields(*(self._sums / minibatches_run).unbind())
+        self._step_stats(stats, means, batch, self._kl_max)
+        stats.pack()
+
+    def _epoch_order(self, N: int, num_minibatches: int) -> Tensor | None:
+        """An epoch's order of the batch's ``N`` units, drawn on the device; ``None`` where
+        the batch's own order serves (one whole-batch minibatch takes the same mean in any
+        order, or no shuffling)."""
+        if num_minibatches == 1:
+            return None
+        return self.members.epoch_order(N // self.num_seeds, self.config.minibatch_size // self.minibatches.unit_samples,
+                                        shuffle=self.config.shuffle_minibatches)
+
+    def _epoch(self, batch: Batch, index: Tensor | None) -> Batch:
+        """The batch in the order ``index``: one gather per epoch into contiguous memory,
         whose minibatches are views."""
-        index = None
-        if num_minibatches > 1:  # one whole-batch minibatch takes the same mean in any order
-            units = N // self.num_seeds
-            index = self.members.epoch_order(units, self.config.minibatch_size // self.minibatches.unit_samples,
-                                             shuffle=self.config.shuffle_minibatches)
         if index is None:
             return batch
         if not self._epoch_batch:  # the epoch's buffers, made once: its minibatches are views of them

@@ -9,10 +9,12 @@ on the rollout's own actions.
   its gradient came from (its minibatch; with ``accumulate_grads``, every minibatch of the
   epoch), measured in the forward passes that produced that gradient. Once a judged KL
   exceeds 1.5 x target, that step and every later one of the ``step()`` apply a
-  learning rate of 0, so the parameters no longer move; the update loop learns of it at
-  the end of the epoch (its one sync) and runs no further epoch. The zero-LR steps of
-  that last epoch still pass their gradients through the optimizer, so a stateful
-  optimizer's moment estimates see them.
+  learning rate of 0, so the parameters no longer move. The zero-LR steps of that last
+  epoch still pass their gradients through the optimizer, so a stateful optimizer's
+  moment estimates see them; the steps of later epochs are held (state and parameters
+  unchanged). On a CPU the update loop reads the stop at the end of the epoch and runs
+  no further epoch; on a GPU it runs them held, with no host read
+  (``PPO.sync_kl_stop``): the same parameters and optimizer state either way.
 * **Adaptive LR** (``kl_adaptive_lr``), rsl_rl's rule (÷1.5 above 2 x target, x1.5
   below target / 2, clamped) applied once per ``step()`` to the KL the update reached
   (``monitors/kl_div``, measured after its last optimizer step): the controlled quantity

@@ -1,10 +1,10 @@
 """Proximal policy optimization (Schulman et al., 2017, https://arxiv.org/abs/1707.06347).
 
-One :meth:`PPO.step` runs ``num_sgd_iters`` epochs over the rollout. Each epoch draws one
-on-device permutation, gathers every entry into contiguous memory once, and walks
-static-size minibatch views of it. Losses, monitors and the KL controls
-(:mod:`rlx.algorithms.kl_control`) stay on the device; the only host syncs are one per
-epoch when the KL early stop is on, and one for the returned statistics.
+One :meth:`PPO.step` runs ``num_sgd_iters`` epochs over the rollout. Each epoch has an
+on-device permutation (all drawn first), gathers every entry into contiguous memory once,
+and walks static-size minibatch views of it. Losses, monitors and the KL controls
+(:mod:`rlx.algorithms.kl_control`) stay on the device; the one host sync is the returned
+statistics' (and, on a CPU, one per epoch with the KL early stop: ``PPO.sync_kl_stop``).
 """
 
 from __future__ import annotations
@@ -111,6 +111,13 @@ class PPO(Epochs, Algorithm):
         self._kl_max = torch.zeros(self.members.lead, device=self.device)
         if config.target_kl_div is not None and not config.kl_adaptive_lr:
             self.kl_stop = KLEarlyStop(self.hparams.get("target_kl_div", torch.float64), self.device, self.members.lead)
+        #: Whether the epoch loop reads the KL early stop on the host after each epoch and
+        #: ends there: on a CPU, where the read costs nothing, or where a single run's
+        #: optimizer is stepped by torch (which cannot hold a step's state). Elsewhere the
+        #: epochs after the stop run with every step held (parameters and optimizer state
+        #: unchanged, exactly): no host read inside the update.
+        self.sync_kl_stop = self.device.type == "cpu" or (
+            self.members.size == 1 and not steps_functionally(self.optimizer, self.grad_scaler))
         if config.cudagraphs:
             if self.device.type != "cuda":
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
@@ -127,16 +134,20 @@ class PPO(Epochs, Algorithm):
         self.loss_fn = self.losses
         if config.compile and not whole:
             self.loss_fn = compiled(self.losses, device=self.device, dynamic=self.members.compile_dynamic)
-        self.kl_sum = compiled(self.kl_terms_sum, device=self.device, dynamic=None) if config.compile else self.kl_terms_sum
         self.compiled_update = CompiledCall(self.minibatch_update, device=self.device) if whole else None
         self.update = self._wrapped_update()
-        # The phases around the epochs: GAE and the batch, each epoch's gather (a program
-        # each with compile, on a single process's tensor observations; RND's schedule
-        # would change the first program's constants every update).
+        # The phases around the epochs: GAE and the batch, each epoch's gather, the
+        # statistics after the epochs (a program each with compile, on a single process's
+        # tensor observations; RND's schedule would change the first program's constants
+        # every update).
         phases = (config.compile and self.world_size == 1 and self.rnd is None and not self.policy.recurrent
                   and not isinstance(self.env.observation_spec, Composite))
         self.prepare = compiled(self.prepared_batch, device=self.device) if phases else self.prepared_batch
         self.gather = compiled(self.gathered, device=self.device) if phases else self.gathered
+        self.finish_statistics = compiled(self.step_statistics, device=self.device) if phases else self.step_statistics
+        # The KL pass after the update: inside finish_statistics' program, else a program of its own.
+        self.kl_sum = (compiled(self.kl_terms_sum, device=self.device, dynamic=None) if config.compile and not phases
+                       else self.kl_terms_sum)
 
     def _compile_fallback(self) -> str | None:
         """Why ``compile`` compiles the forward pass and losses rather than the whole
@@ -236,7 +247,7 @@ class PPO(Epochs, Algorithm):
         out = {
             **{k: v for k, v in host.items() if k != "params/finite"},
             **self.members.host_dict("monitors/lr", member_lrs),
-            "monitors/sgd_epochs": float(epochs_run),
+            "monitors/sgd_epochs": host.get("monitors/sgd_epochs", float(epochs_run)),
             "monitors/lr": host.get("monitors/lr", lr),
             "coefficients/entropy": entropy_coeff,
             "coefficients/vf": float(cfg.vf_coeff),
@@ -246,10 +257,9 @@ class PPO(Epochs, Algorithm):
         self._check_params_finite(host, out)
         return out
 
-    def _step_stats(self, means: tuple, batch: Batch, kl_max: Tensor) -> Stats:
-        """``step()``'s statistics by name, on the device (with S members: ``seed{i}/...``
-        for each, and their mean under the plain name)."""
-        stats = Stats()
+    def _step_stats(self, stats: Stats, means: tuple, batch: Batch, kl_max: Tensor) -> None:
+        """``step()``'s statistics by name into ``stats``, on the device (with S members:
+        ``seed{i}/...`` for each, and their mean under the plain name)."""
         add = self.members.stats(stats)
         for field, value in means._asdict().items():
             if field in LOSS_STATS:
@@ -271,7 +281,6 @@ class PPO(Epochs, Algorithm):
         if self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
             stats.add("monitors/lr", self._lr_tensor.clone())
         stats.add("params/finite", self._params_finite(), "min")
-        return stats
 
     @torch.no_grad()
     def _kl_after_update(self, batch: Batch) -> Tensor:
@@ -295,7 +304,12 @@ class PPO(Epochs, Algorithm):
 
     def prepared_batch(self) -> Batch:
         """GAE over the buffer, then the rollout as the epochs read it (advantages
-        normalized): one compiled program with ``compile``."""
+        normalized), and the update's accumulators zeroed: one compiled program with
+        ``compile``."""
+        # The statistics the minibatch updates accumulate on the device, in place
+        # (loss_fields' order), and the largest KL they see.
+        self._sums.zero_()
+        self._kl_max.zero_()
         self.compute_advantages()
         normalize = self.members.normalize if self.config.normalize_advantages else None
         return self.minibatches.batch(self.buffer, self.horizon, normalize)
@@ -416,9 +430,11 @@ class PPO(Epochs, Algorithm):
         """Set the entropy coefficient for the env steps so far: the schedule's value, or
         each member's (its ``entropy_coeff``, scaled by the schedule over its first value)."""
         base = self.entropy_schedule.value(self.env_steps)
+        unchanged = getattr(self, "_entropy_coeff_value", None) == base
         self._entropy_coeff_value = base
         if not self.hparams.varies("entropy_coeff"):
-            self.entropy_coeff.fill_(base)
+            if not unchanged:  # a constant coefficient is not written again every step
+                self.entropy_coeff.fill_(base)
             return
         first = self.entropy_schedule.value(0) if self.config.entropy_coeff_schedule is not None else None
         values = [c * base / first if first else c for c in self.hparams.values["entropy_coeff"]]
@@ -426,6 +442,7 @@ class PPO(Epochs, Algorithm):
 
     def _hparams_changed(self, name: str) -> None:
         if name == "entropy_coeff":
+            self._entropy_coeff_value = None  # written again, whatever the schedule says
             self._refresh_entropy_coeff()
         elif name == "target_kl_div" and self.kl_stop is not None:
             self.kl_stop.set_target(self.hparams.get("target_kl_div", torch.float64))

@@ -35,10 +35,11 @@ from rlx.env import (
     check_step_output,
 )
 from rlx.collect.compiled_loop import CompiledTLoop
-from rlx.collect.episodes import (float_leaves, raise_first_nonfinite, rollout_statistics, truncated_final_obs_leaves,
-                                  truncated_slots)
+from rlx.collect.values import RolloutValues, ValueFn
+from rlx.collect.episodes import float_leaves, raise_first_nonfinite, rollout_statistics, truncated_final_obs_leaves
 from rlx.members.axis import Members
-from rlx.policy import Obs, PolicyBase, StepOutput, flatten_time
+from rlx.policy import Obs, PolicyBase, StepOutput
+from rlx.core import distributed as rdist
 from rlx.core.compiling import compiled
 from rlx.core.normalization import RewardScaler
 from rlx.core.stats import Stats
@@ -51,10 +52,9 @@ __all__ = ["Rollout", "VALUE_PASS_ROWS"]
 VALUE_PASS_ROWS = 2048
 
 ActFn = Callable[..., StepOutput]
-ValueFn = Callable[[Obs, Tensor, Tensor], Tensor]
 
 
-class Rollout:
+class Rollout(RolloutValues):
     """The buffer and the T loop of one algorithm.
 
     Args:
@@ -93,7 +93,10 @@ class Rollout:
         #: ``compile_steps``: the compiled T loop, made with the buffer.
         self.compiled_loop: CompiledTLoop | None = None
         self._compile_steps = compile_steps
-        self._tail = compiled(self._tail_tensors, device=device) if compile_steps else self._tail_tensors
+        self._tail = compiled(self.tail_program, device=device) if compile_steps else self.tail_program
+        # The program values with the policy's own function (a compiled value_fn inside it
+        # would be a program in a program).
+        self._tail_value_fn = policy.value_step if compile_steps else self.value_fn
         self.buffer: TensorDict | None = None
         self.terminates = self.truncates = False
         # Per-env partial-episode return and length carried across collects (float64:
@@ -219,14 +222,9 @@ class Rollout:
                 self.states[0].copy_(self.states[T])
                 self.resets[0].copy_(self.resets[T])
 
-    def run(self, deterministic: bool) -> Tensor:
-        """The T loop, then the values: ``V`` of every column and ``V(final_obs)`` on the
-        truncated steps.
-
-        Returns:
-            ``[]`` bool, True when more steps truncated than the capacity valued:
-            :meth:`finish` then values every step (after the collect's one sync).
-        """
+    def run(self, deterministic: bool) -> None:
+        """The T loop: one CUDA graph replay (``graphed``), compiled programs of several
+        steps (``compile_steps``) or eager steps (:meth:`steps`)."""
         if self.graphed and self.device.type == "cuda":
             graph = self.graphs.get(deterministic)
             if graph is None:
@@ -234,24 +232,6 @@ class Rollout:
             graph()
         else:
             self.steps(deterministic)
-        T = self.horizon
-        if self.policy.values_while_acting:
-            if self.stateful:
-                torch.logical_or(self.terminated[T - 1], self.truncated[T - 1], out=self.resets[T])
-            self.values[T].copy_(self.value_fn(self.obs[T], self.states[T], self.resets[T]))
-        else:
-            # V of every column, the bootstrap column T included, in batched passes: the
-            # T loop ran only the actor.
-            buf = self.buffer
-            no_resets = self._no_resets[:1].expand(self.num_envs * (T + 1), 1)
-            buf.get(VALUES).copy_(self.batched_values(self.value_fn, buf.get(OBS), self._state_columns, no_resets))
-        overflow = torch.zeros((), dtype=torch.bool, device=self.device)
-        if self.truncates:
-            # V(final_obs) where the episode was truncated, else 0 (the bootstrap of
-            # design.md §5): only the truncated rows are valued, up to a fixed capacity.
-            final_values, overflow = self.truncated_final_values()
-            self.buffer.get(FINAL_VALUES)[:, :T] = final_values
-        return overflow
 
     def steps(self, deterministic: bool) -> None:
         """The T loop: act, step the env, and write every column into the buffer.
@@ -301,68 +281,6 @@ class Rollout:
         c.put("next_obs", out.get(OBS))
         return out
 
-    # -- values ----------------------------------------------------------------------------
-
-    def _value_pass_rows(self) -> int:
-        """Rows per batched value pass: the policy's ``max_rows_per_pass``, else 2**20."""
-        return self.policy.max_rows_per_pass or 1 << 20
-
-    def batched_values(self, value_fn: ValueFn, obs: Obs, states: Tensor, resets: Tensor) -> Tensor:
-        """``value_fn`` over ``[B, C, ...]`` observations and states, giving ``[B, C, 1]``, in
-        passes of whole columns of at most :meth:`_value_pass_rows` rows (one pass over
-        ``B * C`` rows spills out of a CPU's cache). ``resets`` is ``[n, 1]`` with
-        ``n >= B * C`` (its first rows serve every pass)."""
-        B, C = obs.shape[:2]
-        values = torch.empty(B, C, 1, device=self.device)
-        step = max(1, self._value_pass_rows() // B)
-        for lo in range(0, C, step):
-            hi = min(lo + step, C)
-            rows = B * (hi - lo)
-            passed = value_fn(flatten_time(obs[:, lo:hi]), flatten_time(states[:, lo:hi]), resets[:rows])
-            values[:, lo:hi] = passed.view(B, hi - lo, 1)
-        return values
-
-    def _final_value_inputs(self) -> tuple[Obs, Tensor]:
-        """``[B, T, ...]`` final observations and the states they continue from: the
-        episode that ended at step t would have continued from the state after step t,
-        before any reset (column t + 1)."""
-        T = self.horizon
-        return self.buffer.get(FINAL_OBS)[:, :T], self._state_columns[:, 1 : T + 1]
-
-    def all_final_values(self) -> Tensor:
-        """``[B, T, 1]``: ``V(final_obs)`` on every step in batched passes, 0 where the step
-        did not truncate."""
-        obs, states = self._final_value_inputs()
-        truncated = self.buffer.get(TRUNCATED)[:, : self.horizon]
-        return self.batched_values(self.value_fn, obs, states, self._no_resets).masked_fill(~truncated, 0.0)
-
-    def truncated_final_values(self) -> tuple[Tensor, Tensor]:
-        """``V(final_obs)`` on the truncated steps only, without a host sync.
-
-        Truncations are rare (a time limit ends an episode once every few hundred steps),
-        so valuing every step's final observation wastes most of a pass over ``B * T``
-        rows. Only the first :attr:`truncation_capacity` truncated steps are gathered and
-        valued (:func:`~rlx.collect.episodes.truncated_slots`).
-
-        Returns:
-            ``[B, T, 1]`` values (0 where the step did not truncate) and a ``[]`` bool,
-            True when there were more truncated steps than the capacity: their values are
-            then missing, and :meth:`finish` recomputes every row after the sync.
-        """
-        B, T, K = self.num_envs, self.horizon, self.truncation_capacity
-        if K >= B * T:
-            return self.all_final_values(), torch.zeros((), dtype=torch.bool, device=self.device)
-        truncated = self.buffer.get(TRUNCATED)[:, :T].reshape(B * T)  # [B, T, 1] -> [N], flat order b * T + t
-        env_idx, step_idx, slot, overflow = truncated_slots(truncated, self._truncation_ranks, T)
-        obs, states = self._final_value_inputs()
-        chunk = self._value_pass_rows()
-        slot_values = torch.zeros(K + 1, 1, device=self.device)  # slot K: the 0 of every other step
-        for lo in range(0, K, chunk):
-            e, t = env_idx[lo : lo + chunk], step_idx[lo : lo + chunk]
-            rows = e.shape[0]
-            slot_values[lo : lo + rows] = self.value_fn(obs[e, t], states[e, t], self._no_resets[:rows]).float()
-        return slot_values.index_select(0, slot).view(B, T, 1), overflow
-
     # -- statistics -------------------------------------------------------------------------
 
     def rewards_and_dones(self) -> tuple[Tensor, Tensor]:
@@ -370,30 +288,47 @@ class Rollout:
         T, buf = self.horizon, self.buffer
         return buf.get(REWARDS)[:, :T], buf.get(TERMINATED)[:, :T] | buf.get(TRUNCATED)[:, :T]
 
-    def tail(self, scaler: RewardScaler | None) -> dict[str, Tensor]:
-        """collect's work after the T loop: the reward scaler's running returns through
-        the rollout (``scaler``; ``None`` without reward scaling), merged into its
-        statistics, and this rollout's statistic tensors (carrying the unfinished
-        episodes into the next collect). With ``compile_steps`` the tensor work is one
-        program; the scaler's statistics merge eagerly (compiled, torch 2.13 lost the
-        in-place updates of their float64 0-d tensors)."""
-        scratch = scaler.scratch(self.horizon) if scaler is not None else None
-        out = self._tail(scaler, scratch)
-        if scaler is not None:
-            scaler.record(scratch[0])
-        return out
+    def tail(self, scaler: RewardScaler | None) -> Stats:
+        """collect's work after the T loop, in one program with ``compile_steps``
+        (:meth:`tail_program`): the values the T loop left out, the reward scaler's
+        running returns through the rollout (``scaler``; ``None`` without reward scaling)
+        merged into its statistics, and this rollout's statistics (carrying the
+        unfinished episodes into the next collect), stacked for the one transfer.
 
-    def _tail_tensors(self, scaler: RewardScaler | None, scratch: tuple[Tensor, Tensor] | None) -> dict[str, Tensor]:
+        Returns:
+            The collect's statistics, by name, on the device; ``rollout/truncation_overflow``
+            says whether :meth:`finish` must value every step.
+        """
+        stats = Stats()
+        scratch = scaler.scratch(self.horizon) if scaler is not None else None
+        # The scaler's new moments come out of the program (set in one op after it); under
+        # torch.distributed its merge is a collective, made after the program.
+        in_program = scaler is not None and not (scaler.stats.sync_ranks and rdist.world_size() > 1)
+        moments = self._tail(scaler, scratch, stats, in_program)
+        if moments is not None:
+            scaler.stats.assign_(moments)
+        elif scaler is not None:
+            scaler.record(scratch[0])
+        pop_logs = getattr(self.env, "pop_log_stats", None)  # an env's own logged scalars
+        for name, value in (pop_logs() if callable(pop_logs) else {}).items():
+            stats.add(f"env/{name}", value)
+        return stats
+
+    def tail_program(self, scaler: RewardScaler | None, scratch: tuple[Tensor, Tensor] | None, stats: Stats,
+                     merge: bool) -> tuple[Tensor, Tensor, Tensor] | None:
+        """:meth:`tail`'s tensor work: fills ``stats`` and returns the scaler's new
+        moments (``merge``), else ``None``. One function, which eager runs and
+        ``compile_steps`` compiles."""
+        overflow = self.values_after_steps(self._tail_value_fn)
         rewards, dones = self.rewards_and_dones()
+        moments = None
         if scaler is not None:
             scaler.advance(rewards[..., 0], dones[..., 0], *scratch, scaler.returns, scaler.gamma, scaler.gamma_rows)
+            if merge:
+                moments = scaler.recorded(scratch[0])
         leaves = [leaf for _, leaf in float_leaves(self.buffer.get(OBS)) + self._truncated_final_obs_leaves()]
-        return rollout_statistics(rewards, dones, self.episode_return, self.episode_length, self._time_index,
+        tail = rollout_statistics(rewards, dones, self.episode_return, self.episode_length, self._time_index,
                                   self.members.size, leaves)
-
-    def statistics(self, overflow: Tensor, tail: dict[str, Tensor]) -> Stats:
-        """This collect's statistics, by name, on the device, from :meth:`tail`'s tensors."""
-        stats = Stats()
         for name in ("returns/min", "returns/max", "rewards/min", "rewards/max"):
             stats.add(name, tail[name], name[-3:])  # "min" or "max"
         stats.add_std("returns/std", "returns/mean", tail["returns/std"], tail["returns/mean"])
@@ -403,10 +338,8 @@ class Rollout:
             add(name, tail[name].reshape(self.members.lead), "sum")  # [S] each member's, their sum
         stats.add("rollout/finite", tail["rollout/finite"], "min")
         stats.add("rollout/truncation_overflow", overflow, "max")
-        pop_logs = getattr(self.env, "pop_log_stats", None)  # an env's own logged scalars
-        for name, value in (pop_logs() if callable(pop_logs) else {}).items():
-            stats.add(f"env/{name}", value)
-        return stats
+        stats.pack()
+        return moments
 
     def finish(self, host: dict[str, float]) -> None:
         """After the collect's transfer: value every step if the truncation capacity

@@ -15,10 +15,28 @@ from torch import Tensor, nn
 
 from rlx.core.layout import by_member, member_lead, member_rows
 
-__all__ = ["RewardScaler", "RunningMeanStd"]
+__all__ = ["RewardScaler", "RunningMeanStd", "merged_moments"]
 
 # Division guard for a merge of two empty statistics: 0 / tiny = 0 keeps the old moments.
 _TINY = torch.finfo(torch.float64).tiny
+
+
+def merged_moments(mean: Tensor, var: Tensor, count: Tensor, other_mean: Tensor, other_var: Tensor,
+                   other_count: Tensor | float) -> tuple[Tensor, Tensor, Tensor]:
+    """``(mean, var, count)`` of two sets of samples from each one's mean, population
+    variance and count (float64 tensors; ``other_count`` may be a number, and 0 changes
+    nothing). Pure: new tensors, so a compiled program can compute it."""
+    # With w the other side's share of the merged count, the merged moments are
+    #   mean' = mean + w * delta
+    #   var'  = (1 - w) * var + w * var_b + w * (1 - w) * delta^2,
+    # the pooled M2 divided by the merged count, without ever forming M2 (which
+    # grows with the count and loses precision).
+    total = count + other_count
+    weight = other_count / total.clamp_min(_TINY)
+    delta = other_mean - mean
+    return (torch.lerp(mean, other_mean, weight),
+            torch.lerp(var, other_var + (1.0 - weight) * delta.square(), weight),
+            total)
 
 
 class RunningMeanStd(nn.Module):
@@ -111,8 +129,21 @@ class RunningMeanStd(nn.Module):
             batch_var = (moments[1 + size :] / total).reshape(self.shape) - batch_mean.square()
             self.merge_(batch_mean, batch_var.clamp(min=0.0), total)
             return
+        self.assign_(self.updated(x))
+
+    def updated(self, x: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The ``(mean, var, count)`` that merging this process's ``[N, *shape]`` samples
+        ``x`` would leave, as new tensors; the buffers stay as they are. What :meth:`update`
+        assigns on a single process, and what a compiled program computes in place of
+        updating the buffers in place (torch 2.13's CPU programs take a 0-d float64
+        tensor as a number, so an in-place update of ``count`` inside one is lost)."""
         batch_var, batch_mean = torch.var_mean(x.to(torch.float64), dim=0, correction=0)
-        self.merge_(batch_mean, batch_var, n)
+        return merged_moments(self.mean, self.var, self.count, batch_mean, batch_var, x.shape[0])
+
+    @torch.no_grad()
+    def assign_(self, moments: Sequence[Tensor]) -> None:
+        """Set ``(mean, var, count)`` to :meth:`updated`'s moments: one op."""
+        torch._foreach_copy_([self.mean, self.var, self.count], list(moments))
 
     @torch.no_grad()
     def merge_(self, mean: Tensor, var: Tensor, count: Tensor | float) -> None:
@@ -134,16 +165,7 @@ class RunningMeanStd(nn.Module):
         var = var.to(**like)
         if isinstance(count, Tensor):
             count = count.to(**like)
-        # With w the other side's share of the merged count, the merged moments are
-        #   mean' = mean + w * delta
-        #   var'  = (1 - w) * var + w * var_b + w * (1 - w) * delta^2,
-        # the pooled M2 divided by the merged count, without ever forming M2 (which
-        # grows with the count and loses precision).
-        weight = count / (self.count + count).clamp_min(_TINY)
-        delta = mean - self.mean
-        self.var.lerp_(var + (1.0 - weight) * delta.square(), weight)
-        self.mean.lerp_(mean, weight)
-        self.count.add_(count)
+        self.assign_(merged_moments(self.mean, self.var, self.count, mean, var, count))
 
     def normalize(self, x: Tensor) -> Tensor:
         """``(x - mean) / sqrt(var + epsilon)``, clamped to ``[-clip, clip]`` if set.
@@ -284,8 +306,17 @@ class RewardScaler(nn.Module):
     @torch.no_grad()
     def record(self, history: Tensor) -> None:
         """Merge a rollout's ``[B, T]`` running returns (:meth:`advance`'s ``history``) into ``stats``."""
+        self.stats.update(self._returns_by_member(history))
+
+    def recorded(self, history: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """The statistics' ``(mean, var, count)`` after :meth:`record` on this process
+        alone, as new tensors (:meth:`RunningMeanStd.updated`; collect's tail program
+        computes them, and ``stats.assign_`` sets them)."""
+        return self.stats.updated(self._returns_by_member(history))
+
+    def _returns_by_member(self, history: Tensor) -> Tensor:
         # [B, T] -> [B*T], or with S members [B/S * T, S]: each member's returns are its column
-        self.stats.update(by_member(history.reshape(-1), self.num_seeds, 0))
+        return by_member(history.reshape(-1), self.num_seeds, 0)
 
     @staticmethod
     def advance(rewards: Tensor, dones: Tensor, history: Tensor, decay: Tensor, returns: Tensor, gamma: float,

@@ -41,11 +41,22 @@ class Stats:
         self._values: dict[str, Tensor] = {}
         self._ops: dict[str, ReduceOp] = {}
         self._std_of: dict[str, str] = {}  # std entry -> its mean entry
+        self._packed: tuple[list[str], Tensor] | None = None  # pack(): names, float64 vector
+
+    def pack(self) -> None:
+        """Stack the entries so far into one float64 vector now, for :meth:`to_host` to
+        move as it is. Called at the end of a compiled program that builds the
+        statistics, the stacking is part of that program rather than a few eager ops
+        after it; entries added later are stacked by :meth:`to_host`."""
+        if self._values:
+            self._packed = (list(self._values), torch.stack([v.double() for v in self._values.values()]))
 
     def add(self, name: str, value: Tensor, op: ReduceOp = "mean") -> None:
         """Record ``value`` (a 0-d tensor, any float or bool dtype) under ``name``."""
         if op == "std":
             raise ValueError("Stats.add: record a standard deviation with add_std_mean")
+        if self._packed is not None and name in self._packed[0]:
+            self._packed = None  # replaced: the packed vector no longer holds it
         self._values[name] = value
         self._ops[name] = op
 
@@ -56,6 +67,8 @@ class Stats:
     def add_std(self, std_name: str, mean_name: str, std: Tensor, mean: Tensor) -> None:
         """Record a population std and its mean, computed already (equal sample counts per rank)."""
         self.add(mean_name, mean, "mean")
+        if self._packed is not None and std_name in self._packed[0]:
+            self._packed = None
         self._values[std_name] = std
         self._ops[std_name] = "std"
         self._std_of[std_name] = mean_name
@@ -86,12 +99,19 @@ class Stats:
             values = self._reduced()
             names = list(values)
             flat = torch.stack([values[n] for n in names])
-        else:  # a stack per dtype, then one cast each: a few ops, not one per entry
+        else:  # what pack() stacked, then a stack per dtype of the rest: a few ops, not one per entry
+            names, parts = [], []
+            if self._packed is not None:
+                names, packed = list(self._packed[0]), self._packed[1]
+                parts.append(packed)
+            done = set(names)
             by_dtype: dict[torch.dtype, list[str]] = {}
             for name, v in self._values.items():
-                by_dtype.setdefault(v.dtype, []).append(name)
-            names = [n for group in by_dtype.values() for n in group]
-            flat = torch.cat([torch.stack([self._values[n] for n in group]).double() for group in by_dtype.values()])
+                if name not in done:
+                    by_dtype.setdefault(v.dtype, []).append(name)
+            names += [n for group in by_dtype.values() for n in group]
+            parts += [torch.stack([self._values[n] for n in group]).double() for group in by_dtype.values()]
+            flat = parts[0] if len(parts) == 1 else torch.cat(parts)
         with allowed_sync():
             numbers = flat.tolist()  # SYNC: the one transfer
         return dict(zip(names, numbers))

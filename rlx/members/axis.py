@@ -281,8 +281,9 @@ class Members:
         Args:
             gate: A KL early stop's open mask (0-d or ``[S]``): a closed member's
                 parameters do not move.
-            running: ``[S]`` members still open when the epoch began: their optimizer
-                state advances (a single run stops at the end of that epoch).
+            running: Members still open when the epoch began (0-d for a single run):
+                only their optimizer state advances, so the epochs after a KL early stop
+                change nothing, whether the loop ends at the stop or runs them.
             lr: ``(base, applied)`` tensor learning rates of a single run: the step
                 applies ``base * gate`` (what a captured update reads).
             clip_groups: Parameter groups clipped to ``max_grad_norm`` each (the actor's
@@ -307,7 +308,7 @@ class Members:
             if max_grad_norm is not None:
                 for group in clip_groups or (params,):
                     torch.nn.utils.clip_grad_norm_(group, max_grad_norm, foreach=True)
-            adam_step_(optimizer, params, [p.grad for p in params])
+            adam_step_(optimizer, params, [p.grad for p in params], update=running > 0 if running is not None else None)
             _clear_grads(optimizer)
             return
         if max_grad_norm is not None:

@@ -27,10 +27,9 @@ import copy
 import math
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
-from tensordict import TensorDictBase
 from torch import Tensor
 
 from rlx import __version__

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import torch
 from torch import Tensor
 
 from rlx.config import ConfigError

@@ -126,6 +126,32 @@ def test_no_optimizer_step_is_applied_after_the_judged_kl_crossed_the_limit(sett
     assert stats["monitors/sgd_epochs"] == expected // steps_per_epoch + 1
 
 
+@pytest.mark.parametrize("setting", [*SETTINGS, "members"])
+def test_the_early_stop_without_a_host_read_holds_the_later_epochs_exactly(setting: str) -> None:
+    """``sync_kl_stop=False`` (a GPU's way: no host read inside the update) runs every
+    epoch, the ones after the stop with their steps held. The parameters, the optimizer's
+    state and the statistics are those of the loop that reads the stop and ends there,
+    bit for bit: a held step adds exact zeros (its LR is 0, its moments' weights 0 and 1)."""
+    extra = {"num_seeds": 2, "sgd_minibatch_size": 256} if setting == "members" else SETTINGS[setting]
+    kwargs = dict(target_kl_div=0.002, optimizer_config={"lr": 1e-2}, num_sgd_iters=10, **extra)
+    ending, holding = _config(**kwargs).build(CartPole), _config(**kwargs).build(CartPole)
+    assert ending.sync_kl_stop  # a CPU reads the stop: it costs nothing there
+    holding.sync_kl_stop = False
+    for i in range(2):
+        stats = []
+        for algo in (ending, holding):
+            torch.manual_seed(i)  # the same rollout and epoch orders for both
+            algo.collect()
+            stats.append(algo.step())
+        assert stats[0] == {**stats[1], "profiling/step_ms": stats[0]["profiling/step_ms"]}
+    assert 1 <= stats[0]["monitors/sgd_epochs"] < 10  # the stop ended the epochs: the test can fail
+    for a, b in zip(ending.policy.model.parameters(), holding.policy.model.parameters()):
+        assert torch.equal(a, b)
+    for a, b in zip(ending.optimizer.state.values(), holding.optimizer.state.values()):
+        assert all(torch.equal(a[k], b[k]) for k in a)
+    assert torch.equal(ending.kl_stop.applied, holding.kl_stop.applied)
+
+
 # -- the adaptive LR keeps the KL near the target -------------------------------------------
 
 

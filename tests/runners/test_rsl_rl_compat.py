@@ -8,8 +8,6 @@ import contextlib
 import copy
 import importlib.util
 import io
-import math
-import warnings
 from pathlib import Path
 
 import pytest
