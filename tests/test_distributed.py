@@ -196,7 +196,8 @@ def test_a_signal_under_torchrun_stops_every_rank_at_one_iteration_and_rank_zero
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), "-m", "rlx", "train", config, "--run-dir", str(run_dir),
            "--set", "trainer.stop_at=null", "--set", "trainer.max_env_steps=100000000",
-           "--set", "trainer.checkpoint_every=1000", "--set", "trainer.progress=false", "--threads", "1"]
+           "--set", "trainer.checkpoint_every=1000", "--set", "trainer.progress=false", "--threads", "1",
+           "--set", "config.compile=false"]  # the long budget would compile ("auto")
     # Its own process group: a cluster's preemption signals the whole job, agent and ranks.
     proc = subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)

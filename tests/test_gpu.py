@@ -54,7 +54,7 @@ def test_collect_and_step_do_not_sync_on_cuda(env_name: str, extra: dict) -> Non
     import rlx.envs
 
     env_cls = getattr(rlx.envs, env_name)
-    algo = AlgorithmConfig(num_envs=256, horizon=16, device="cuda", seed=0, **extra).build(env_cls)
+    algo = AlgorithmConfig(num_envs=256, horizon=16, device="cuda", seed=0, cudagraphs=False, **extra).build(env_cls)
     for stats in _run_without_syncs(algo):
         assert all(isinstance(v, float) for v in stats.values())
 
@@ -90,6 +90,21 @@ def test_cudagraphed_update_replays_without_syncs_and_learns_like_eager() -> Non
             best = max(best, 0.0 if math.isnan(length) else length)
         solved[cudagraphs] = best
     assert solved[False] >= 475 and solved[True] >= 475
+
+
+def test_auto_modes_graph_the_default_config_on_cuda() -> None:
+    """``cudagraphs="auto"`` (the default) captures the update and the T loop on CUDA, and
+    the replays run without a sync; an AMP config falls back by name."""
+    algo = AlgorithmConfig(num_envs=256, horizon=16, device="cuda", seed=0, sgd_minibatch_size=1024).build(CartPole)
+    assert algo.uses_cuda_graphs and not algo.compiles and algo.modes.notes["cudagraphs"] == "on (auto)"
+    for _ in range(3):
+        algo.collect()
+        algo.step()
+    for stats in _run_without_syncs(algo):
+        assert all(isinstance(v, float) for v in stats.values())
+    assert algo.update.captured and algo.rollout.graphs[False].captured
+    amp = AlgorithmConfig(num_envs=64, horizon=8, device="cuda", enable_amp=True).build(CartPole)
+    assert not amp.uses_cuda_graphs and "enable_amp" in amp.modes.notes["cudagraphs"]
 
 
 def test_cudagraphed_update_keeps_the_kl_early_stop_of_the_eager_one() -> None:
@@ -208,7 +223,7 @@ def test_same_seed_same_stats_on_cuda() -> None:
 
     runs = []
     for _ in range(2):
-        algo = AlgorithmConfig(num_envs=128, horizon=8, device="cuda", seed=3).build(CartPole)
+        algo = AlgorithmConfig(num_envs=128, horizon=8, device="cuda", seed=3, cudagraphs=False).build(CartPole)
         runs.append(algo.collect()["rewards/mean"])
     assert runs[0] == runs[1]
 
@@ -251,11 +266,11 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.parametrize(
     "config_name, extra",
     [
-        ("ppo", {"sgd_minibatch_size": 512, "normalize_obs": True, "target_kl_div": 0.02}),
+        ("ppo", {"sgd_minibatch_size": 512, "normalize_obs": True, "target_kl_div": 0.02, "cudagraphs": False}),
         ("ppo", {"sgd_minibatch_size": 1024, "kl_adaptive_lr": True, "target_kl_div": 0.01, "enable_amp": True}),
         ("ppo", {"sgd_minibatch_size": 512, "cudagraphs": True, "target_kl_div": 0.02}),
-        ("ppo", {"sgd_minibatch_size": 512, "compile": True, "normalize_obs": True}),
-        ("ppo", {"sgd_minibatch_size": 512, "compile": True, "target_kl_div": 0.02}),  # the stop in the compiled update
+        ("ppo", {"sgd_minibatch_size": 512, "compile": True, "normalize_obs": True, "cudagraphs": False}),
+        ("ppo", {"sgd_minibatch_size": 512, "compile": True, "target_kl_div": 0.02, "cudagraphs": False}),  # the stop in the compiled update
         ("npg", {"line_search": True, "normalize_obs": True}),
         ("recurrent", {"seq_len": 8, "sgd_minibatch_size": 1024}),
     ],
@@ -405,7 +420,7 @@ def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone(extra: d
         both.collect()
         both.step()
     assert both.update.captured and both.loss_fn is not both.losses
-    plain = AlgorithmConfig(**config).build(CartPole)
+    plain = AlgorithmConfig(**config, cudagraphs=False).build(CartPole)
     plain.load_state_dict(both.state_dict())
     both.collect()
     plain.buffer.update_(both.buffer)  # the same rollout for both updates

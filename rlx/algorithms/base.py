@@ -10,7 +10,7 @@ from __future__ import annotations
 import copy
 import time
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any, ClassVar, NamedTuple
 
 import torch
 from tensordict import TensorDict
@@ -24,6 +24,7 @@ from rlx.env import OBS, REWARDS, TERMINATED, TRUNCATED, check_device_available,
 from rlx.core.gae import generalized_advantage_estimate_
 from rlx.core.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
+from rlx.algorithms.modes import resolve_modes
 from rlx.collect.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
 from rlx.core.compiling import compiled
 from rlx.core.schedulers import Schedule
@@ -57,6 +58,7 @@ class Algorithm(MemberValues, ABC):
         config: The algorithm's config.
 
     Attributes:
+        modes: ``compile`` and ``cudagraphs`` as it runs them ("auto" resolved), and why.
         env: The env instance.
         policy: The :class:`~rlx.policy.PolicyBase`.
         rollout: The :class:`~rlx.collect.rollout.Rollout` that owns the buffer and the T loop.
@@ -119,6 +121,7 @@ class Algorithm(MemberValues, ABC):
                 raise ConfigError(f"{where}: its policy does not fit this config's ({str(e).splitlines()[0]})") from e
         if self.device.type == "cpu" and self.members.can_cut_passes:
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
+        self.modes = resolve_modes(config, self.device, self.world_size, self.policy.recurrent, captures=self.captures)
         fns = self._rollout_fns()
         graph_safe = env_is_graph_safe(self.env) and not self.policy.recurrent
         graphed = self.uses_cuda_graphs and self.device.type == "cuda" and graph_safe
@@ -164,16 +167,19 @@ class Algorithm(MemberValues, ABC):
 
     # -- construction hooks --------------------------------------------------------------
 
+    #: Whether the algorithm has an update that ``cudagraphs`` captures (PPO's).
+    captures: ClassVar[bool] = False
+
     @property
     def uses_cuda_graphs(self) -> bool:
         """Whether the update (and, for a graph-safe env, collect's T loop) is captured in
-        CUDA graphs (PPO's ``cudagraphs``)."""
-        return False
+        CUDA graphs (PPO's ``cudagraphs``, resolved: :attr:`modes`)."""
+        return self.modes.cudagraphs
 
     @property
     def compiles(self) -> bool:
-        """Whether collect and the update run compiled programs (the config's ``compile``)."""
-        return bool(getattr(self.config, "compile", False))
+        """Whether collect and the update run compiled programs (``compile``, resolved)."""
+        return self.modes.compile
 
     @property
     def needs_tensor_lr(self) -> bool:
@@ -194,17 +200,15 @@ class Algorithm(MemberValues, ABC):
             raise ConfigError(f"{where}: {e}") from e
 
     def _rollout_fns(self) -> RolloutFns:
-        """What the T loop calls to act and to value (``None``: the policy's own), and
-        whether the T loop runs compiled (for a graph-safe env): compiled ones with
-        ``compile`` (a second shape recompiles once, with dynamic shapes for every size)."""
+        """What the T loop calls to act and to value (``None``: the policy's own), and whether it
+        runs compiled (a graph-safe env): with ``compile`` (a second shape recompiles once, dynamic)."""
         if not self.compiles:
             return RolloutFns(None, None, False)
         return RolloutFns(compiled(self.policy.act_step, device=self.device, dynamic=None),
                           compiled(self.policy.value_step, device=self.device, dynamic=None), True)
 
     def _optimized_parameters(self) -> list[torch.nn.Parameter]:
-        """The parameters the first-order optimizer updates (all of the model's)."""
-        return list(self.policy.model.parameters())
+        return list(self.policy.model.parameters())  # the first-order optimizer's: all of the model's
 
     def _optimizer_kwargs(self) -> dict[str, Any]:
         kwargs = dict(self.config.optimizer_kwargs)
@@ -248,8 +252,7 @@ class Algorithm(MemberValues, ABC):
 
     @property
     def buffer(self) -> TensorDict | None:
-        """The ``[B, T+1]`` rollout buffer (see :mod:`rlx.collect.buffer`); ``None`` before
-        :meth:`validate`."""
+        """The ``[B, T+1]`` rollout buffer (:mod:`rlx.collect.buffer`); ``None`` before :meth:`validate`."""
         return self.rollout.buffer
 
     def validate(self) -> None:
@@ -370,10 +373,8 @@ class Algorithm(MemberValues, ABC):
 
     @torch.no_grad()
     def _params_finite(self) -> Tensor:
-        """``[]`` bool, whether every policy parameter is finite: stays on the device for
-        step()'s one transfer (a NaN or inf entry makes the sum non-finite)."""
-        # A sum is NaN or inf when an entry is (finite entries would have to pass 1e38 in
-        # magnitude to overflow it); compiled with step()'s statistics, one fused pass.
+        """``[]`` bool, whether every policy parameter is finite, for step()'s one transfer: a
+        NaN or inf entry makes the sum non-finite (finite ones would have to pass 1e38)."""
         return torch.stack([p.sum() for p in self.policy.model.parameters()]).sum().isfinite()
 
     def _check_params_finite(self, host: dict[str, float], stats: dict[str, float]) -> None:

@@ -121,15 +121,15 @@ class NPG(Algorithm):
         self._actor_sizes = [p.shape[lead:].numel() for p in self.actor_params]
         #: Rows per pass (``micro_batch_size``; ``sys.maxsize``: whole passes).
         self._micro = micro_batch_rows(config.micro_batch_size, self.policy.model, self.device, self.members)
-        if config.compile and self.world_size > 1:
+        if self.compiles and self.world_size > 1:
             raise ConfigError("NPGConfig.compile is not supported under torch.distributed yet (the natural step's "
                               "all-reduces would run inside the compiled program); got world_size "
                               f"{self.world_size}, expected 1")
-        self._natural_program = compiled(self._natural_step, device=self.device) if config.compile else self._natural_step
+        self._natural_program = compiled(self._natural_step, device=self.device) if self.compiles else self._natural_step
         model = self.policy.model
         self._value_fn = getattr(model, "value", None) or (lambda o: model(o)[1])
         #: A pass's critic loss (forward and loss; autograd's backward): compiled with ``compile``.
-        self._critic_loss = compiled(self._critic_losses, device=self.device, dynamic=None) if config.compile else self._critic_losses
+        self._critic_loss = compiled(self._critic_losses, device=self.device, dynamic=None) if self.compiles else self._critic_losses
 
     def _optimized_parameters(self) -> list[nn.Parameter]:
         sample = self.env.observation_spec.rand((2 * self.num_seeds,)).to(self.device)  # whole members

@@ -59,6 +59,7 @@ class PPO(Epochs, Algorithm):
     """PPO on rlx's shared engine; build it with ``AlgorithmConfig(...).build(env_cls)``."""
 
     config: AlgorithmConfig
+    captures = True  # cudagraphs captures its minibatch update
     #: The NamedTuple of the update's loss terms; a minibatch's are stacked in its order.
     loss_fields: type[tuple] = PPOLosses
 
@@ -118,7 +119,7 @@ class PPO(Epochs, Algorithm):
         #: unchanged, exactly): no host read inside the update.
         self.sync_kl_stop = self.device.type == "cpu" or (
             self.members.size == 1 and not steps_functionally(self.optimizer, self.grad_scaler))
-        if config.cudagraphs:
+        if self.uses_cuda_graphs:
             if self.device.type != "cuda":
                 raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
             if self.world_size > 1:
@@ -129,10 +130,10 @@ class PPO(Epochs, Algorithm):
         # (:meth:`compile_fallback` names why) its forward pass and losses; ``cudagraphs``
         # captures it (compiled or not) in a CUDA graph.
         #: Why ``compile`` does not compile the whole update (``None``: it does, or no compile).
-        self.compile_fallback = self._compile_fallback() if config.compile else None
-        whole = config.compile and self.compile_fallback is None
+        self.compile_fallback = self._compile_fallback() if self.compiles else None
+        whole = self.compiles and self.compile_fallback is None
         self.loss_fn = self.losses
-        if config.compile and not whole:
+        if self.compiles and not whole:
             self.loss_fn = compiled(self.losses, device=self.device, dynamic=self.members.compile_dynamic)
         self.compiled_update = CompiledCall(self.minibatch_update, device=self.device) if whole else None
         self.update = self._wrapped_update()
@@ -140,13 +141,13 @@ class PPO(Epochs, Algorithm):
         # statistics after the epochs (a program each with compile, on a single process's
         # tensor observations; RND's schedule would change the first program's constants
         # every update).
-        phases = (config.compile and self.world_size == 1 and self.rnd is None and not self.policy.recurrent
+        phases = (self.compiles and self.world_size == 1 and self.rnd is None and not self.policy.recurrent
                   and not isinstance(self.env.observation_spec, Composite))
         self.prepare = compiled(self.prepared_batch, device=self.device) if phases else self.prepared_batch
         self.gather = compiled(self.gathered, device=self.device) if phases else self.gathered
         self.finish_statistics = compiled(self.step_statistics, device=self.device) if phases else self.step_statistics
         # The KL pass after the update: inside finish_statistics' program, else a program of its own.
-        self.kl_sum = (compiled(self.kl_terms_sum, device=self.device, dynamic=None) if config.compile and not phases
+        self.kl_sum = (compiled(self.kl_terms_sum, device=self.device, dynamic=None) if self.compiles and not phases
                        else self.kl_terms_sum)
 
     def _compile_fallback(self) -> str | None:
@@ -170,21 +171,17 @@ class PPO(Epochs, Algorithm):
             # The Adam state the program reads and writes exists before it runs (after a
             # load too): a program traced on a missing state would make it on every call.
             adam_state(self.optimizer, self._update_params)
-        if not self.config.cudagraphs:
+        if not self.uses_cuda_graphs:
             return update
         return GraphedBatchCall(update, self.device, before_capture=lambda: self.optimizer.zero_grad(set_to_none=True))
-
-    @property
-    def uses_cuda_graphs(self) -> bool:
-        return self.config.cudagraphs
 
     @property
     def needs_tensor_lr(self) -> bool:
         # The KL early stop gates the LR on the device (Members.gates_lr).
         # A compiled update reads the LR as a tensor: a float would be baked into its program.
-        compiled_adam = self.config.compile and self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
+        compiled_adam = self.compiles and self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
         kl_stop = self.config.target_kl_div is not None and not self.config.kl_adaptive_lr
-        return (self.config.cudagraphs or compiled_adam or (kl_stop and self.members.gates_lr)
+        return (self.uses_cuda_graphs or compiled_adam or (kl_stop and self.members.gates_lr)
                 or self.config.kl_adaptive_lr_per_minibatch)
 
     def _actor_and_critic(self) -> list[list[torch.nn.Parameter]]:

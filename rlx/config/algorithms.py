@@ -22,7 +22,7 @@ from rlx.algorithms.npg import NPG
 from rlx.algorithms.ppo import PPO
 from rlx.algorithms.recurrent_ppo import RecurrentPPO
 from rlx.config.base import CommonConfig, MinibatchConfig, SequenceFields, check_sequences
-from rlx.core.config_fields import ConfigError, check_bool, check_float, check_int, config_dataclass, fail
+from rlx.core.config_fields import ConfigError, check_bool, check_mode, check_float, check_int, config_dataclass, fail
 from rlx.core.yaml_types import config_from_dict, config_to_dict, import_object, object_path
 
 __all__ = [
@@ -106,7 +106,7 @@ class AlgorithmConfig(MinibatchConfig):
             from rlx.algorithms.rnd import RNDConfig
 
             RNDConfig.from_dict(self.rnd, where=f"{type(self).__name__}.rnd")
-            if self.cudagraphs:
+            if self.cudagraphs is True:
                 fail(self, "rnd", "is not supported with cudagraphs yet (the predictor's step is not captured)")
         for field in ("accumulate_grads", "kl_adaptive_lr", "kl_adaptive_lr_per_minibatch"):
             check_bool(self, field)
@@ -133,6 +133,11 @@ class AlgorithmConfig(MinibatchConfig):
                 or bounds[0] > bounds[1]
             ):
                 fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
+
+    def cudagraphs_blocker(self) -> str | None:
+        if self.rnd is not None:
+            return "is not supported with rnd yet (the predictor's step is not captured)"
+        return super().cudagraphs_blocker()
 
 
 _A2C_HAS_NO = "a PPO field; A2C takes the plain policy gradient (no ratio, no clipping, no KL control)"
@@ -290,13 +295,14 @@ class NPGConfig(CommonConfig):
     #: program, the critic regression's forward pass and loss, and collect's acting and
     #: value passes as PPO's ``compile`` does. The
     #: first step pays for compiling (about a minute on a CPU; inductor's on-disk cache
-    #: serves later runs). Not under torch.distributed.
-    compile: bool = False
+    #: serves later runs). Not under torch.distributed. ``"auto"`` (the default) leaves
+    #: it off (:mod:`rlx.algorithms.modes`).
+    compile: bool | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int(self, "micro_batch_size", minimum=0, allow_none=True)
-        check_bool(self, "compile")
+        check_mode(self, "compile")
         check_float(self, "max_kl", low=0.0, low_open=True)
         if self.step_size_rule not in ("kl", "fixed"):
             fail(self, "step_size_rule", f"must be 'kl' or 'fixed', got {self.step_size_rule!r}")

@@ -17,7 +17,8 @@ from torch import nn
 
 from rlx.algorithms.base import Algorithm
 from rlx.core.precision import MATMUL_PRECISIONS
-from rlx.core.config_fields import check_bool, check_float, check_int, check_schedule_field, config_dataclass, fail
+from rlx.core.config_fields import (check_bool, check_float, check_int, check_mode, check_schedule_field,
+                                    config_dataclass, fail)
 from rlx.core.distributions import Distribution
 from rlx.env import OBS_GROUPS, resolve_device
 from rlx.core.schedulers import ScheduleKind
@@ -289,7 +290,9 @@ class MinibatchConfig(CommonConfig):
     #: pay for compiling (tens of seconds on a CPU); observation groups work too. Sampling
     #: draws from inductor's RNG, so runs differ from eager ones with the same seed.
     #: Combines with ``cudagraphs``: the captured update runs the compiled code.
-    compile: bool = False
+    #: ``"auto"`` (the default) leaves it off: its compile time exceeds what it saves in
+    #: the shipped configs' runs (:mod:`rlx.algorithms.modes`); set it for long runs.
+    compile: bool | Literal["auto"] = "auto"
     #: CUDA only: capture the minibatch update (forward, losses, backward, clipping,
     #: a capturable Adam with a tensor LR) in a CUDA graph and replay it, removing the
     #: per-kernel launch cost. Needs ``optimizer_cls`` Adam or AdamW (with seeds: each
@@ -299,13 +302,16 @@ class MinibatchConfig(CommonConfig):
     #: do; see :class:`rlx.env.Env`), collect's whole T loop (acting, env steps, buffer
     #: writes) is captured too, once per mode (sampling, deterministic); other envs keep
     #: the eager T loop. Both follow one rule (:mod:`rlx.core.cuda_graphs`): 3 eager warm-up
-    #: calls, then one capture, then replays.
-    cudagraphs: bool = False
+    #: calls, then one capture, then replays. ``"auto"`` (the default): on where all of the
+    #: above holds (on CUDA), else off, the reason named in ``algo.modes``.
+    cudagraphs: bool | Literal["auto"] = "auto"
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for field in ("shuffle_minibatches", "cudagraphs", "compile", "clip_grad_per_network", "symmetry_augment"):
+        for field in ("shuffle_minibatches", "clip_grad_per_network", "symmetry_augment"):
             check_bool(self, field)
+        check_mode(self, "cudagraphs")
+        check_mode(self, "compile")
         if self.symmetry_fn is not None and not callable(self.symmetry_fn):
             fail(self, "symmetry_fn", f"must be a function, got {self.symmetry_fn!r}")
         if self.symmetry_augment and self.symmetry_fn is None:
@@ -321,19 +327,23 @@ class MinibatchConfig(CommonConfig):
         self._check_minibatch_size("sgd_minibatch_size")
         check_int(self, "micro_batch_size", minimum=0, allow_none=True)
         check_float(self, "vf_coeff", low=0.0)
-        if self.cudagraphs:
-            if self.enable_amp or self.accumulate_grads:
-                fail(self, "cudagraphs", "cannot be combined with enable_amp or accumulate_grads")
-            if self.optimizer_cls not in (torch.optim.Adam, torch.optim.AdamW):
-                fail(self, "cudagraphs", f"needs optimizer_cls torch.optim.Adam or AdamW (the captured step reads its "
-                                         f"learning rate on the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
-            if self.buffer_size % self.minibatch_size:
-                fail(
-                    self,
-                    "cudagraphs",
-                    f"needs equal minibatches: sgd_minibatch_size={self.minibatch_size} must divide "
-                    f"num_envs * horizon = {self.buffer_size}",
-                )
+        # The fields here (a subclass refuses its own, naming them: PPO's rnd).
+        why = MinibatchConfig.cudagraphs_blocker(self) if self.cudagraphs is True else None
+        if why is not None:
+            fail(self, "cudagraphs", why)
+
+    def cudagraphs_blocker(self) -> str | None:
+        """Why these fields rule out ``cudagraphs`` (``None``: they allow it): what a
+        ``True`` refuses and what ``"auto"`` falls back on, by name."""
+        if self.enable_amp or self.accumulate_grads:
+            return "cannot be combined with enable_amp or accumulate_grads"
+        if self.optimizer_cls not in (torch.optim.Adam, torch.optim.AdamW):
+            return (f"needs optimizer_cls torch.optim.Adam or AdamW (the captured step reads its learning rate on "
+                    f"the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
+        if self.buffer_size % self.minibatch_size:
+            return (f"needs equal minibatches: sgd_minibatch_size={self.minibatch_size} must divide "
+                    f"num_envs * horizon = {self.buffer_size}")
+        return None
 
     @property
     def minibatch_size(self) -> int:
@@ -381,9 +391,9 @@ def check_sequences(config: Any) -> None:
             f"{config.burn_in} leaves no sequence with collected steps to burn in: "
             f"needs burn_in <= horizon - seq_len = {config.horizon - L}",
         )
-    if config.cudagraphs:
+    if config.cudagraphs is True:
         fail(config, "cudagraphs", "is not supported for recurrent policies")
-    if config.compile:
+    if config.compile is True:
         fail(config, "compile", "is not supported for recurrent policies")
     if config.symmetry_augment:
         fail(config, "symmetry_augment", "is not supported for recurrent policies yet")

@@ -14,7 +14,7 @@ from typing import Any
 
 from rlx.core.schedulers import check_schedule
 
-__all__ = ["ConfigError", "config_dataclass", "did_you_mean", "foreign_field_hint", "fail", "check_int", "check_float", "check_bool", "check_schedule_field", "settings_from_dict"]
+__all__ = ["ConfigError", "config_dataclass", "did_you_mean", "foreign_field_hint", "fail", "check_int", "check_float", "check_bool", "check_mode", "check_schedule_field", "settings_from_dict"]
 
 
 class ConfigError(ValueError, TypeError):
@@ -110,6 +110,13 @@ def check_float(
 def check_bool(owner: Any, field: str) -> None:
     if not isinstance(getattr(owner, field), bool):
         fail(owner, field, f"must be a bool, got {getattr(owner, field)!r}")
+
+
+def check_mode(owner: Any, field: str) -> None:
+    """A mode field: ``True``, ``False`` or ``"auto"`` (rlx picks at build)."""
+    value = getattr(owner, field)
+    if not (isinstance(value, bool) or value == "auto"):
+        fail(owner, field, f"must be true, false or 'auto', got {value!r}")
 
 
 def settings_from_dict(cls: type, data: Any, where: str) -> Any:

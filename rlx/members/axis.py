@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from rlx.core import distributed as rdist
 from rlx.core.layout import member_lead
 from rlx.members.ops import (
+    clip_grad_norm_,
     clip_grad_norm_per_seed_,
     grad_norms_per_seed,
     normalize_per_seed,
@@ -307,7 +308,7 @@ class Members:
                 return
             if max_grad_norm is not None:
                 for group in clip_groups or (params,):
-                    torch.nn.utils.clip_grad_norm_(group, max_grad_norm, foreach=True)
+                    clip_grad_norm_(group, max_grad_norm)
             adam_step_(optimizer, params, [p.grad for p in params], update=running > 0 if running is not None else None)
             _clear_grads(optimizer)
             return

@@ -82,6 +82,21 @@ def grad_norms_per_seed(grads: Sequence[Tensor], num_seeds: int) -> Tensor:
     return torch.stack([g.square().sum(dim=1) for g in wide]).sum(dim=0).sqrt()
 
 
+def clip_grad_norm_(params: Sequence[Tensor], max_norm: float) -> None:
+    """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)``: the same
+    formula (``max_norm / (norm + 1e-6)``, at most 1, over every gradient's norm), with
+    each gradient's norm a reduction a compiled program fuses (inductor 2.13's C++ wrapper
+    runs ``_foreach_norm`` through a slow fallback, about 10% of a small update); eagerly
+    ``_foreach_norm``, one op."""
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    norms = ([torch.linalg.vector_norm(g) for g in grads] if torch.compiler.is_compiling()
+             else torch._foreach_norm(grads))
+    total = torch.linalg.vector_norm(torch.stack(norms))
+    torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp(max=1.0))
+
+
 def clip_grad_norm_per_seed_(params: Sequence[Tensor], max_norm: float, num_seeds: int) -> Tensor:
     """Clip each seed's gradient to ``max_norm`` in place, as
     ``torch.nn.utils.clip_grad_norm_`` clips one model's: seed i's norm is taken over

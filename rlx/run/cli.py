@@ -182,6 +182,7 @@ def _member_arg(args: argparse.Namespace) -> int | None:
 def _train(args: argparse.Namespace, run: Any) -> int:
     from rlx.core import distributed as rdist
     from rlx.run.checkpoint import latest_checkpoint
+    from rlx.algorithms.modes import run_length
     from rlx.run.trainer import Trainer
 
     say = print if rdist.rank() == 0 else (lambda *a, **k: None)
@@ -199,7 +200,8 @@ def _train(args: argparse.Namespace, run: Any) -> int:
         raise ValueError(f"{run_dir} already holds a run; pass --resume to continue it, or another --run-dir")
     if rdist.rank() == 0:
         _writable_dir(run_dir, f"--run-dir {run_dir}")
-    algo = run.config.build(run.env_cls)
+    with run_length(run.trainer.max_env_steps):  # compile="auto" compiles where it pays within the run
+        algo = run.config.build(run.env_cls)
     trainer = Trainer(algo, run.trainer, run_dir=run_dir, run_config=run, cpu_threads=_cpu_threads(args.threads))
     if args.resume:
         path = trainer.resume()

@@ -400,7 +400,10 @@ class Trainer:
             self.cpu_threads.update()
         # The first iteration of a compiled algorithm compiles its programs: say so, and
         # how long it took (inductor's on-disk cache makes a later run's much shorter).
-        compiling = algo.compiles and self.iteration == self._session_start[1] and self.is_writer and cfg.progress
+        first = self.iteration == self._session_start[1] and self.is_writer and cfg.progress
+        if first and algo.modes.notes:  # what "auto" chose, and why
+            print(f"modes: {algo.modes.summary()}", flush=True)
+        compiling = algo.compiles and first
         if compiling:
             print("compiling... (compile=True: the first collect and step compile their programs)", flush=True)
         start = time.perf_counter()

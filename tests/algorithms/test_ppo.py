@@ -260,7 +260,7 @@ def test_compile_combines_with_cudagraphs_and_takes_dict_observations(masked_cho
     both = AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile=True, cudagraphs=True)
     with pytest.raises(ValueError, match="AlgorithmConfig.cudagraphs: needs a CUDA device"):  # the device, not the pair
         both.build(scripted_env)
-    with pytest.raises(ValueError, match="AlgorithmConfig.compile: must be a bool"):
+    with pytest.raises(ValueError, match="AlgorithmConfig.compile: must be true, false or .auto."):
         AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile="yes")
     # A Composite observation (here with an action mask) goes through the compiled programs.
     masked = AlgorithmConfig(num_envs=4, horizon=8, device="cpu", compile=True, sgd_minibatch_size=16).build(masked_choice_env)

@@ -194,7 +194,7 @@ def test_sigkill_during_training_leaves_a_loadable_checkpoint_and_resume_continu
     run_dir = tmp_path / "run"
     args = ["train", CARTPOLE, "--run-dir", str(run_dir), "--set", "trainer.stop_at=null",
             "--set", "trainer.max_env_steps=100000000", "--set", "trainer.checkpoint_every=1",
-            "--set", "trainer.progress=false"]
+            "--set", "trainer.progress=false", "--set", "config.compile=false"]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "rlx", *args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     try:
@@ -284,6 +284,7 @@ def _train_until_checkpoint(run_dir, extra=()) -> tuple[subprocess.Popen, list[s
     """Start ``rlx train`` on CartPole with no stop in sight; return once it wrote 2 iterations."""
     args = ["train", CARTPOLE, "--run-dir", str(run_dir), "--set", "trainer.stop_at=null",
             "--set", "trainer.max_env_steps=100000000", "--set", "trainer.checkpoint_every=1000",
+            "--set", "config.compile=false",  # a long budget would compile ("auto"): not what this tests
             "--set", "trainer.progress=false", *extra]
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
     proc = subprocess.Popen([sys.executable, "-m", "rlx", *args], env=env, stdout=subprocess.PIPE,

@@ -1,0 +1,100 @@
+"""``compile`` and ``cudagraphs``: on, off, or ``"auto"`` (the default), resolved once when
+the algorithm is built (:func:`resolve_modes`; ``algo.modes`` holds the choice and why).
+
+``"auto"`` picks the fastest mode that is correct for the config, the device and the env:
+
+* **cudagraphs**: on wherever it can run (CUDA; PPO and A2C; Adam or AdamW; equal
+  minibatches; no AMP, gradient accumulation, RND or recurrent policy; one process), off
+  elsewhere, the reason named. Graphed, CartPole PPO ran about 7x its eager rate at
+  B = 4096 on an H100 (GPU suite, 2026-11-24).
+* **compile**: on where its compile time pays within the run, which only a caller that
+  knows the run's length can say (:func:`run_length`: ``rlx train`` passes its
+  ``max_env_steps``); off otherwise. Break-even, from the measured rates and compile times
+  (``benchmarks/vs_jax.py``, CartPole PPO, one thread): on a CPU 0.3M env steps at
+  B = 64 (20.9k eager against 60.9k env steps/s compiled, 9.8 s to compile), 2.7M at
+  B = 1024 (55.0k against 97.9k, 21.1 s), 1.4M at B = 4096 (64.1k against 127k, 10.4 s):
+  on past :data:`COMPILE_PAYS_AFTER` ``["cpu"]`` = 3M. On an H100 at B = 4096, graphed,
+  3.22M against 3.93M env steps/s after 29 s of compiling (2026-11-26): 5.2e8, so
+  ``["cuda"]`` = 5e8. The shipped configs stop at their solve threshold long before
+  either (CartPole PPO after ~33k env steps, 1.3-1.8 s eagerly).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+__all__ = ["COMPILE_PAYS_AFTER", "Modes", "cudagraphs_blocker", "resolve_modes", "run_length"]
+
+#: Env steps past which ``compile="auto"`` compiles, by device type (the module docstring).
+COMPILE_PAYS_AFTER = {"cpu": 3_000_000, "cuda": 500_000_000}
+
+_run_env_steps: ContextVar[int | None] = ContextVar("rlx_run_env_steps", default=None)
+
+
+@contextmanager
+def run_length(env_steps: int | None) -> Iterator[None]:
+    """Algorithms built inside know their run's length in env steps (``None``: unknown),
+    which decides ``compile="auto"``."""
+    token = _run_env_steps.set(env_steps)
+    try:
+        yield
+    finally:
+        _run_env_steps.reset(token)
+
+
+@dataclass(frozen=True)
+class Modes:
+    """The modes an algorithm runs in, and for each field why (``notes``)."""
+
+    compile: bool = False
+    cudagraphs: bool = False
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def summary(self) -> str:
+        """``"compile off (auto: ...), cudagraphs on (auto)"``: what ``rlx train`` prints."""
+        return ", ".join(f"{name} {note}" for name, note in self.notes.items())
+
+
+def cudagraphs_blocker(config: Any, device: torch.device, world_size: int, recurrent: bool) -> str | None:
+    """Why ``cudagraphs`` cannot run for this config, device and policy (``None``: it can)."""
+    if device.type != "cuda":
+        return f"needs a CUDA device, got {device}"
+    if world_size > 1:
+        return "not supported under torch.distributed yet"
+    if recurrent:
+        return "is not supported for recurrent policies"
+    return config.cudagraphs_blocker()
+
+
+def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent: bool, *, captures: bool) -> Modes:
+    """The modes of ``config``'s ``compile`` and ``cudagraphs`` fields (where it has them):
+    ``True`` and ``False`` as they are, ``"auto"`` as the module docstring says.
+    ``captures``: whether the algorithm has a captured update (PPO and A2C)."""
+    notes: dict[str, str] = {}
+    compile_field = getattr(config, "compile", False)
+    if compile_field == "auto":
+        steps, pays = _run_env_steps.get(), COMPILE_PAYS_AFTER.get(device.type, COMPILE_PAYS_AFTER["cuda"])
+        compiles = steps is not None and steps >= pays
+        length = "a run of unknown length" if steps is None else f"a run of {steps:.3g} env steps"
+        notes["compile"] = (f"{'on' if compiles else 'off'} (auto: {length}; compiling pays past {pays:.3g} on "
+                            f"{device.type})")
+    else:
+        compiles = bool(compile_field)
+        if hasattr(config, "compile"):
+            notes["compile"] = "on" if compiles else "off"
+    graphs_field = getattr(config, "cudagraphs", False) if captures else False
+    if graphs_field == "auto":
+        why = cudagraphs_blocker(config, device, world_size, recurrent)
+        graphs = why is None
+        notes["cudagraphs"] = "on (auto)" if graphs else f"off (auto: {why})"
+    else:
+        graphs = bool(graphs_field)
+        if captures and hasattr(config, "cudagraphs"):
+            notes["cudagraphs"] = "on" if graphs else "off"
+    return Modes(compiles, graphs, notes)

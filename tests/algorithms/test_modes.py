@@ -1,0 +1,102 @@
+"""``compile`` and ``cudagraphs`` default to ``"auto"``, resolved once at build
+(:mod:`rlx.algorithms.modes`): what each resolves to, and why, for each config, device
+and run length. The device is an argument of :func:`resolve_modes`, so CUDA's choices
+are tested here on a CPU; ``tests/test_gpu.py`` runs the graphed default on CUDA."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from rlx import AlgorithmConfig, ConfigError, NPGConfig, RecurrentAlgorithmConfig
+from rlx.algorithms.modes import COMPILE_PAYS_AFTER, resolve_modes, run_length
+from rlx.envs import CartPole
+
+CUDA, CPU = torch.device("cuda"), torch.device("cpu")
+BASE = dict(num_envs=16, horizon=8, device="cpu", seed=0)
+
+
+def test_the_defaults_are_auto_and_resolve_to_eager_on_a_cpu() -> None:
+    config = AlgorithmConfig(**BASE)
+    assert config.compile == "auto" and config.cudagraphs == "auto" and NPGConfig(**BASE).compile == "auto"
+    algo = config.build(CartPole)
+    assert not algo.compiles and not algo.uses_cuda_graphs
+    assert algo.compile_fallback is None and algo.prepare == algo.prepared_batch  # nothing compiled
+    assert algo.modes.notes["cudagraphs"] == "off (auto: needs a CUDA device, got cpu)"
+    assert algo.modes.notes["compile"].startswith("off (auto: a run of unknown length")
+
+
+def test_a_mode_is_true_false_or_auto() -> None:
+    with pytest.raises(ConfigError, match="AlgorithmConfig.compile: must be true, false or 'auto', got 'yes'"):
+        AlgorithmConfig(**BASE, compile="yes")
+    with pytest.raises(ConfigError, match="NPGConfig.compile: must be true, false or 'auto'"):
+        NPGConfig(**BASE, compile=1)
+    algo = AlgorithmConfig(**BASE, compile=True).build(CartPole)
+    assert algo.compiles and algo.modes.notes["compile"] == "on"
+
+
+@pytest.mark.parametrize(
+    "extra, why",
+    [
+        ({}, None),
+        ({"enable_amp": True}, "cannot be combined with enable_amp"),
+        ({"accumulate_grads": True, "sgd_minibatch_size": 32}, "cannot be combined with enable_amp or accumulate_grads"),
+        ({"optimizer_cls": torch.optim.SGD}, "needs optimizer_cls torch.optim.Adam or AdamW"),
+        ({"sgd_minibatch_size": 48}, "needs equal minibatches: sgd_minibatch_size=48 must divide"),
+        ({"rnd": {}}, "is not supported with rnd yet"),
+    ],
+    ids=["graphed", "amp", "accumulate", "sgd", "unequal", "rnd"],
+)
+def test_auto_graphs_on_cuda_wherever_a_capture_is_correct(extra: dict, why: str | None) -> None:
+    """On CUDA ``"auto"`` captures exactly the configs ``cudagraphs=True`` accepts, and names
+    the field that rules the others out (what ``True`` would refuse them with)."""
+    config = AlgorithmConfig(**BASE, **extra)
+    modes = resolve_modes(config, CUDA, 1, False, captures=True)
+    assert modes.cudagraphs == (why is None)
+    if why is None:
+        assert modes.notes["cudagraphs"] == "on (auto)"
+        assert AlgorithmConfig(**BASE, **extra, cudagraphs=True).cudagraphs is True  # accepted
+    else:
+        assert why in modes.notes["cudagraphs"]
+        with pytest.raises(ConfigError, match="cudagraphs"):
+            AlgorithmConfig(**BASE, **extra, cudagraphs=True)
+
+
+def test_auto_leaves_cuda_graphs_off_where_the_run_cannot_capture() -> None:
+    config = AlgorithmConfig(**BASE)
+    assert "torch.distributed" in resolve_modes(config, CUDA, 2, False, captures=True).notes["cudagraphs"]
+    assert "recurrent" in resolve_modes(config, CUDA, 1, True, captures=True).notes["cudagraphs"]
+    recurrent = RecurrentAlgorithmConfig(**BASE).build(CartPole)  # "auto" is valid where True is refused
+    assert not recurrent.uses_cuda_graphs and not recurrent.compiles
+    with pytest.raises(ConfigError, match="RecurrentAlgorithmConfig.cudagraphs: is not supported for recurrent"):
+        RecurrentAlgorithmConfig(**BASE, cudagraphs=True)
+    npg = resolve_modes(NPGConfig(**BASE), CUDA, 1, False, captures=False)  # no captured update: no field
+    assert not npg.cudagraphs and "cudagraphs" not in npg.notes
+
+
+@pytest.mark.parametrize("device", [CPU, CUDA], ids=["cpu", "cuda"])
+def test_auto_compiles_where_the_run_is_long_enough_to_pay_for_it(device: torch.device) -> None:
+    config, pays = AlgorithmConfig(**BASE), COMPILE_PAYS_AFTER[device.type]
+    for steps, expected in ((None, False), (pays - 1, False), (pays, True)):
+        with run_length(steps):
+            modes = resolve_modes(config, device, 1, False, captures=True)
+        assert modes.compile == expected, (steps, modes.notes)
+    assert not resolve_modes(config, device, 1, False, captures=True).compile  # the context ended
+    assert resolve_modes(AlgorithmConfig(**BASE, compile=False), device, 1, False, captures=True).notes["compile"] == "off"
+    with run_length(COMPILE_PAYS_AFTER["cpu"]):
+        algo = AlgorithmConfig(**BASE).build(CartPole)
+    assert algo.compiles and algo.prepare != algo.prepared_batch
+
+
+def test_rlx_train_says_which_modes_it_chose(tmp_path) -> None:
+    out = subprocess.run(
+        [sys.executable, "-m", "rlx", "train", "configs/cartpole_ppo.yaml", "--run-dir", str(tmp_path / "run"),
+         "--set", "trainer.max_env_steps=4096", "--set", "config.num_envs=8"],
+        capture_output=True, text=True, check=True,
+    ).stdout
+    line = next(line for line in out.splitlines() if line.startswith("modes: "))
+    assert "compile off (auto: a run of 4.1e+03 env steps; compiling pays past 3e+06 on cpu)" in line
+    assert "cudagraphs off (auto: needs a CUDA device, got cpu)" in line
