@@ -309,7 +309,12 @@ def test_a_stop_signal_finishes_the_iteration_checkpoints_and_exits_128_plus_it(
     run_dir = tmp_path / "run"
     proc, args = _train_until_checkpoint(run_dir)  # checkpoint_every=1000: none is due
     proc.send_signal(signum)
-    out, err = proc.communicate(timeout=60)
+    try:
+        out, err = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:  # never leave a training process behind for the rest of the suite
+        proc.kill()
+        proc.communicate()
+        raise
     assert proc.returncode == 128 + signum, err
     name = signal.Signals(signum).name
     assert f"stopped: received {name}" in out and "resume with: rlx train" in out
