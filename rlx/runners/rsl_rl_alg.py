@@ -247,7 +247,7 @@ def flat_normalizer(policy: nn.Module, groups: list[str]) -> nn.Module:
             mean.append(torch.zeros(width)), inv_std.append(torch.ones(width)), bound.append(torch.full((width,), math.inf))
             continue
         mean.append(rms.mean.reshape(-1).float().cpu())  # SYNC: export, once
-        inv_std.append(torch.rsqrt(rms.var + rms.epsilon).reshape(-1).float().cpu())
+        inv_std.append(torch.rsqrt(rms.var + rms.epsilon).reshape(-1).float().cpu())  # SYNC: export, once
         bound.append(torch.full((width,), rms.clip if rms.clip is not None else math.inf))
     return _Normalizer(torch.cat(mean), torch.cat(inv_std), torch.cat(bound))
 
