@@ -59,8 +59,6 @@ class Epochs:
         sgd_epochs = torch.ones((), device=self.device) if control is not None else None
         for e, order in enumerate(orders):
             if control is not None:
-                if e > 0:
-                    sgd_epochs += ~control.stopped(members.active())
                 member_epochs += control.start_epoch()
             epoch = self._epoch(batch, order)
             kl_so_far = torch.zeros((), device=self.device) if cfg.accumulate_grads else None
@@ -76,10 +74,13 @@ class Epochs:
                 if self.rnd is not None and (not cfg.accumulate_grads or k == num_minibatches - 1):
                     self._rnd_steps += 1  # the predictor stepped with this minibatch
             epochs_run += 1
-            if control is not None and self.sync_kl_stop:
-                with allowed_sync():
-                    if control.stopped(members.active()).item():  # SYNC: one per epoch (sync_kl_stop)
-                        break
+            if control is not None and e + 1 < len(orders):
+                stopped = control.stopped(members.active())
+                sgd_epochs += ~stopped  # the next epoch runs unless the stop triggered
+                if self.sync_kl_stop:
+                    with allowed_sync():
+                        if stopped.item():  # SYNC: one per epoch (sync_kl_stop)
+                            break
         epochs = member_epochs.clamp(min=1) if member_epochs is not None else epochs_run
         stats = Stats()
         if sgd_epochs is not None:

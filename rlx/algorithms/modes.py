@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from rlx.core.config_fields import ConfigError
+
 __all__ = ["COMPILE_PAYS_AFTER", "Modes", "cudagraphs_blocker", "resolve_modes", "run_length"]
 
 #: Env steps past which ``compile="auto"`` compiles, by device type (the module docstring).
@@ -74,7 +76,8 @@ def cudagraphs_blocker(config: Any, device: torch.device, world_size: int, recur
 
 def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent: bool, *, captures: bool) -> Modes:
     """The modes of ``config``'s ``compile`` and ``cudagraphs`` fields (where it has them):
-    ``True`` and ``False`` as they are, ``"auto"`` as the module docstring says.
+    ``True`` and ``False`` as they are (``cudagraphs=True`` where the device or the run
+    cannot capture raises :class:`ConfigError`), ``"auto"`` as the module docstring says.
     ``captures``: whether the algorithm has a captured update (PPO and A2C)."""
     notes: dict[str, str] = {}
     compile_field = getattr(config, "compile", False)
@@ -95,6 +98,9 @@ def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent:
         notes["cudagraphs"] = "on (auto)" if graphs else f"off (auto: {why})"
     else:
         graphs = bool(graphs_field)
+        why = cudagraphs_blocker(config, device, world_size, recurrent) if graphs else None
+        if why is not None:  # True where this device or run cannot capture: refused by name
+            raise ConfigError(f"{type(config).__name__}.cudagraphs: {why}")
         if captures and hasattr(config, "cudagraphs"):
             notes["cudagraphs"] = "on" if graphs else "off"
     return Modes(compiles, graphs, notes)

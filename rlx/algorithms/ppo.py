@@ -119,11 +119,6 @@ class PPO(Epochs, Algorithm):
         #: unchanged, exactly): no host read inside the update.
         self.sync_kl_stop = self.device.type == "cpu" or (
             self.members.size == 1 and not steps_functionally(self.optimizer, self.grad_scaler))
-        if self.uses_cuda_graphs:
-            if self.device.type != "cuda":
-                raise ValueError(f"AlgorithmConfig.cudagraphs: needs a CUDA device, got {self.device}")
-            if self.world_size > 1:
-                raise ValueError("AlgorithmConfig.cudagraphs: not supported under torch.distributed yet")
         # What runs the update: minibatch_update, the one implementation, wrapped here and
         # only here. ``compile`` compiles it whole (forward, losses, backward, clip, the KL
         # controls and the optimizer step: one program), or where it cannot

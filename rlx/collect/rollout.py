@@ -39,7 +39,6 @@ from rlx.collect.values import RolloutValues, ValueFn
 from rlx.collect.episodes import float_leaves, raise_first_nonfinite, rollout_statistics, truncated_final_obs_leaves
 from rlx.members.axis import Members
 from rlx.policy import Obs, PolicyBase, StepOutput
-from rlx.core import distributed as rdist
 from rlx.core.compiling import compiled
 from rlx.core.normalization import RewardScaler
 from rlx.core.stats import Stats
@@ -303,7 +302,7 @@ class Rollout(RolloutValues):
         scratch = scaler.scratch(self.horizon) if scaler is not None else None
         # The scaler's new moments come out of the program (set in one op after it); under
         # torch.distributed its merge is a collective, made after the program.
-        in_program = scaler is not None and not (scaler.stats.sync_ranks and rdist.world_size() > 1)
+        in_program = scaler is not None and not scaler.stats.merges_across_ranks
         moments = self._tail(scaler, scratch, stats, in_program)
         if moments is not None:
             scaler.stats.assign_(moments)

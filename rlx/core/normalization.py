@@ -95,6 +95,11 @@ class RunningMeanStd(nn.Module):
     def extra_repr(self) -> str:
         return f"shape={self.shape}, epsilon={self.epsilon}, clip={self.clip}"
 
+    @property
+    def merges_across_ranks(self) -> bool:
+        """Whether :meth:`update` is a collective: ``sync_ranks`` under torch.distributed."""
+        return self.sync_ranks and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
+
     @torch.no_grad()
     def update(self, x: Tensor) -> None:
         """Merge a batch of samples into the running statistics.
@@ -116,7 +121,7 @@ class RunningMeanStd(nn.Module):
         n = x.shape[0]
         if n == 0:  # host-side shape, not data: no sync
             return
-        if self.sync_ranks and dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1:
+        if self.merges_across_ranks:
             # Data-parallel training: merge every rank's batch, so all ranks keep the
             # same statistics. One all-reduce of [count, Σx, Σx²] in float64.
             x64 = x.to(torch.float64)

@@ -55,6 +55,9 @@ class Stats:
         """Record ``value`` (a 0-d tensor, any float or bool dtype) under ``name``."""
         if op == "std":
             raise ValueError("Stats.add: record a standard deviation with add_std_mean")
+        self._put(name, value, op)
+
+    def _put(self, name: str, value: Tensor, op: ReduceOp) -> None:
         if self._packed is not None and name in self._packed[0]:
             self._packed = None  # replaced: the packed vector no longer holds it
         self._values[name] = value
@@ -67,10 +70,7 @@ class Stats:
     def add_std(self, std_name: str, mean_name: str, std: Tensor, mean: Tensor) -> None:
         """Record a population std and its mean, computed already (equal sample counts per rank)."""
         self.add(mean_name, mean, "mean")
-        if self._packed is not None and std_name in self._packed[0]:
-            self._packed = None
-        self._values[std_name] = std
-        self._ops[std_name] = "std"
+        self._put(std_name, std, "std")
         self._std_of[std_name] = mean_name
 
     def _reduced(self) -> dict[str, Tensor]:
