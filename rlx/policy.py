@@ -26,7 +26,7 @@ from torchrl.data import Composite, TensorSpec
 
 from rlx.core.distributions import Distribution, default_distribution_cls
 from rlx.env import ACTION_MASK, EnvOutputError, check_obs_groups
-from rlx.core.layout import by_member, from_by_member, member_lead
+from rlx.core.layout import by_member, cat_passes, from_by_member, member_lead, pass_rows, passes
 from rlx.models import MLPActorCritic, RecurrentActorCritic
 from rlx.core.normalization import RunningMeanStd
 
@@ -340,11 +340,11 @@ class Policy(PolicyBase):
         ``dist_params`` head, in passes of at most :attr:`max_rows_per_pass` rows."""
         normalized = self.normalize(obs)
         head = self.model.dist_params if self.separate_heads else (lambda x: self.model(x)[0])
-        n, rows = normalized.shape[0], self.max_rows_per_pass
+        n, rows, S = normalized.shape[0], self.max_rows_per_pass, self.num_seeds
         if rows is None or n <= rows:
             params = head(normalized)
-        else:  # cache-sized passes: see max_rows_per_pass
-            params = torch.cat([head(normalized[lo : lo + rows]) for lo in range(0, n, rows)])
+        else:  # cache-sized passes (see max_rows_per_pass), each with the same rows of every member
+            params = cat_passes([head(pass_rows(normalized, lo, k, S)) for lo, k in passes(n, rows // S, S)], S)
         return self.distribution(params, obs)
 
     @torch.no_grad()

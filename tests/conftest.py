@@ -14,6 +14,13 @@ from torchrl.data import Categorical, Composite, Unbounded
 from rlx.env import Env
 from rlx.run.threads import AutoThreads, threads_are_set_by_user
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The ``slow`` tests first (in their order), the rest after: with ``-n 2`` the
+    minute-long runs start at once and the short tests fill in around them, rather than
+    one of them starting last and leaving a worker idle at the end."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
 # torch's threads kept off the cores other processes use (rlx.run.threads), looked at again
 # between tests at most every 5 s: a suite beside another busy process stays fast.
 _CPU_THREADS = None if threads_are_set_by_user() else AutoThreads()

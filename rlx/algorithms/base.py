@@ -119,7 +119,7 @@ class Algorithm(MemberValues, ABC):
                 self.policy.load_state_dict(load_policy_state(config.init_policy, where=where))
             except RuntimeError as e:
                 raise ConfigError(f"{where}: its policy does not fit this config's ({str(e).splitlines()[0]})") from e
-        if self.device.type == "cpu" and self.members.can_cut_passes:
+        if self.device.type == "cpu":
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
         self.modes = resolve_modes(config, self.device, self.world_size, self.policy.recurrent, captures=self.captures)
         fns = self._rollout_fns()

@@ -18,6 +18,8 @@ from tensordict import TensorDict
 from torch import Tensor
 
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, HIDDEN, LOGP, RESETS, RETURNS, VALUES
+from rlx.core.layout import cat_passes, pass_rows, passes
+from rlx.members.stacked import StackedLinear, StackedRNNCell
 from rlx.env import OBS
 from rlx.policy import EvalOutput, Obs, Policy, RecurrentPolicy, flatten_time
 
@@ -25,7 +27,7 @@ if TYPE_CHECKING:
     from rlx.members.axis import Members
 
 __all__ = ["MinibatchSource", "Samples", "Sequences", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE",
-           "default_cpu_micro_batch_size", "micro_batch_rows", "passes"]
+           "default_cpu_micro_batch_size", "micro_batch_rows", "passes", "pass_rows", "cat_passes"]
 
 Batch = dict[str, Obs]
 Normalizer = Callable[[Tensor], Tensor]
@@ -49,27 +51,20 @@ def default_cpu_micro_batch_size(model: torch.nn.Module) -> int:
     :data:`CPU_WIDE_MICRO_BATCH_SIZE` (also for a model with neither)."""
     widths = [m.out_features for m in model.modules() if isinstance(m, torch.nn.Linear)]
     widths += [m.hidden_size for m in model.modules() if isinstance(m, torch.nn.RNNCellBase)]
+    widths += [m.weight.shape[-1] for m in model.modules() if isinstance(m, StackedLinear)]  # members' [S, in, out]
+    widths += [m.weight_hh.shape[1] for m in model.modules() if isinstance(m, StackedRNNCell)]
     return CPU_MICRO_BATCH_SIZE if widths and max(widths) <= 128 else CPU_WIDE_MICRO_BATCH_SIZE
 
 
 def micro_batch_rows(micro_batch_size: int | None, model: torch.nn.Module, device: torch.device,
                      members: Members) -> int:
-    """Rows per forward/backward pass of an update (a config's ``micro_batch_size``:
-    ``None`` gives :func:`default_cpu_micro_batch_size` on a CPU and no cut on CUDA, 0 no
-    cut); ``sys.maxsize`` where passes are not cut, as with S members, whose rows a cut
-    would split unevenly."""
-    if not members.can_cut_passes:
-        return sys.maxsize
+    """Each member's rows per forward/backward pass of an update (a config's
+    ``micro_batch_size``: ``None`` gives :func:`default_cpu_micro_batch_size` on a CPU,
+    shared by the members, and no cut on CUDA; 0 no cut); ``sys.maxsize`` where passes
+    are not cut."""
     if micro_batch_size is None:
-        micro_batch_size = default_cpu_micro_batch_size(model) if device.type == "cpu" else 0
+        micro_batch_size = max(1, default_cpu_micro_batch_size(model) // members.size) if device.type == "cpu" else 0
     return micro_batch_size or sys.maxsize
-
-
-def passes(rows: int, micro: int) -> list[tuple[int, int]]:
-    """``(first row, rows)`` of each pass over ``rows`` rows in passes of at most ``micro``
-    (one pass when ``micro >= rows``); each pass's share of a mean is its rows / ``rows``."""
-    m = min(micro, rows)
-    return [(lo, min(m, rows - lo)) for lo in range(0, rows, m)]
 
 
 class MinibatchSource(Protocol):

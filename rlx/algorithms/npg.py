@@ -38,7 +38,7 @@ from torch.func import functional_call, grad, vmap
 
 from rlx.core import distributed as rdist
 from rlx.algorithms.base import Algorithm
-from rlx.algorithms.minibatches import micro_batch_rows, passes
+from rlx.algorithms.minibatches import cat_passes, micro_batch_rows, pass_rows, passes
 from rlx.core.compiling import compiled
 from rlx.core.config_fields import ConfigError
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
@@ -151,20 +151,21 @@ class NPG(Algorithm):
     def _dist_params(self, theta: Tensor, obs_normalized: Obs) -> Tensor:
         """The actor's distribution parameters at ``theta`` on ``obs_normalized``, in passes."""
         params = self._unflatten(theta)
-        parts = [functional_call(self._actor_view, params, (obs_normalized[lo : lo + n],))
-                 for lo, n in passes(obs_normalized.shape[0], self._micro)]
-        return parts[0] if len(parts) == 1 else torch.cat(parts)
+        S = self.num_seeds
+        return cat_passes([functional_call(self._actor_view, params, (pass_rows(obs_normalized, lo, n, S),))
+                           for lo, n in passes(obs_normalized.shape[0], self._micro, S)], S)
 
     def _gradient(self, theta: Tensor, samples: Samples) -> Tensor:
         """``[S, P]``: the gradient of the summed surrogates on ``samples``, accumulated over
         passes, each weighted by its share of the rows."""
-        N = samples.advantages.shape[0]
-        parts = passes(N, self._micro)
+        N, S = samples.advantages.shape[0], self.num_seeds
+        parts = passes(N, self._micro, S)
         if len(parts) == 1:
             return grad(self._surrogate)(theta, samples)
         g = torch.zeros_like(theta)
         for lo, n in parts:
-            g.add_(grad(self._surrogate)(theta, Samples(*(x[lo : lo + n] for x in samples))), alpha=n / N)
+            part = Samples(*(pass_rows(x, lo, n, S) for x in samples))
+            g.add_(grad(self._surrogate)(theta, part), alpha=n * S / N)
         return g
 
     def _dist(self, theta: Tensor, samples: Samples) -> Distribution:
@@ -277,9 +278,9 @@ class NPG(Algorithm):
             damping = self.hparams.get("damping", theta0.dtype).view(S, 1)
         rows = sub.advantages.shape[0]
         parts = []
-        for lo, n in passes(rows, self._micro):
-            part = sub if n == rows else Samples(*(x[lo : lo + n] for x in sub))
-            parts.append((n / rows, self._pass_fvp(theta0, part, sub_old_params[lo : lo + n])))
+        for lo, n in passes(rows, self._micro, S):
+            part = sub if n * S == rows else Samples(*(pass_rows(x, lo, n, S) for x in sub))
+            parts.append((n * S / rows, self._pass_fvp(theta0, part, pass_rows(sub_old_params, lo, n, S))))
         if len(parts) == 1:
             fvp = parts[0][1]
         else:
@@ -392,10 +393,10 @@ class NPG(Algorithm):
             index = members.epoch_order(n, m, shuffle=True)
             for lo, rows in members.minibatch_bounds(n, m):
                 loss = torch.zeros(self.num_seeds, device=self.device)
-                for first, size in passes(rows, self._micro):  # passes whose gradients accumulate by share
-                    mb = index[lo + first : lo + first + size]
+                for first, size in passes(rows, self._micro, self.num_seeds):  # gradients accumulate by share
+                    mb = pass_rows(index[lo : lo + rows], first, size, self.num_seeds)
                     part = self._critic_loss(obs_normalized[mb], returns[mb])
-                    share = size / rows
+                    share = size * self.num_seeds / rows
                     self.grad_scaler.scale(part.sum() * share if share != 1.0 else part.sum()).backward()
                     loss = loss + share * part.detach()
                 self.optimizer_step(self.critic_params)

@@ -28,7 +28,7 @@ from rlx.algorithms.epochs import Epochs
 from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
 from rlx.algorithms.minibatches import (  # the micro-batch defaults, re-exported
     CPU_MICRO_BATCH_SIZE, CPU_WIDE_MICRO_BATCH_SIZE, Batch, MinibatchSource, Samples, default_cpu_micro_batch_size,
-    micro_batch_rows, passes)
+    micro_batch_rows, pass_rows, passes)
 from rlx.algorithms.rnd import RND, RNDConfig
 from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
@@ -229,7 +229,11 @@ class PPO(Epochs, Algorithm):
         host = stats.to_host()  # SYNC: the stats of step()
         member_lrs = self.members.learning_rates(lr)
         if cfg.kl_adaptive_lr_per_minibatch:  # the LR its last minibatch left, on the host
-            self._set_lr(host["monitors/lr"])
+            if self.num_seeds == 1:
+                self._set_lr(host["monitors/lr"])
+            else:  # each member's, already on the device: the host mirror follows
+                member_lrs = self.members.host_values(host, "monitors/lr")
+                self.members.mirror_lr_factors([m_lr / lr for m_lr in member_lrs])
         elif cfg.kl_adaptive_lr:  # each member on the KL its update reached, already on the host
             kls = self.members.host_values(host, "monitors/kl_div")
             targets = self.member_values("target_kl_div")
@@ -270,7 +274,9 @@ class PPO(Epochs, Algorithm):
             add("rnd/intrinsic_reward", self._intrinsic.clone())
             self._rnd_loss.zero_()
             self._rnd_steps = 0
-        if self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
+        if self.config.kl_adaptive_lr_per_minibatch and self.num_seeds > 1:  # each member's, as adapted
+            add("monitors/lr", self._lr_tensor * self.members.lr_factor)
+        elif self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
             stats.add("monitors/lr", self._lr_tensor.clone())
         stats.add("params/finite", self._params_finite(), "min")
 
@@ -279,12 +285,12 @@ class PPO(Epochs, Algorithm):
         """KL(rollout policy || policy now) on the whole rollout, ``E[(r-1) - log r]``, each
         member's (0-d, or ``[S]``), in passes of one micro-batch (the actor only, where
         the model allows)."""
-        n = self.minibatches.num_units(self.num_envs, self.horizon)
+        n, S = self.minibatches.num_units(self.num_envs, self.horizon), self.num_seeds
         total = torch.zeros(self.members.lead, device=self.device)
-        for lo in range(0, n, min(self._micro_units, n)):
-            part = batch if self._micro_units >= n else {key: x[lo : lo + self._micro_units] for key, x in batch.items()}
+        for lo, rows in passes(n, self._micro_units, S):
+            part = batch if rows * S == n else {key: pass_rows(x, lo, rows, S) for key, x in batch.items()}
             total += self.kl_sum(part)
-        per_member = n // self.num_seeds * self.minibatches.unit_samples
+        per_member = n // S * self.minibatches.unit_samples
         return rdist.all_reduce_(total / per_member, "mean")
 
     def kl_terms_sum(self, part: Batch) -> Tensor:
@@ -321,26 +327,25 @@ class PPO(Epochs, Algorithm):
         """
         if self.config.symmetry_augment:
             mb = self.symmetry.augment(mb, self.num_seeds)  # twice the rows: each sample and its mirrored twin
-        size = next(iter(mb.values())).shape[0]
+        S = self.num_seeds
+        per_member = next(iter(mb.values())).shape[0] // S
         stats: Tensor | None = None
-        for lo, n in passes(size, self._micro_units):
-            part = mb if n == size else {key: x[lo : lo + n] for key, x in mb.items()}
-            share = n / size
+        for lo, n in passes(per_member * S, self._micro_units, S):  # the same rows of every member
+            part = mb if n == per_member else {key: pass_rows(x, lo, n, S) for key, x in mb.items()}
+            share = n / per_member
             losses = self.loss_fn(part)
             total = losses.total.sum()  # S members: the sum of their losses, whose gradient is each one's own
             scale = weight * share
             total = total * scale if scale != 1.0 else total
             (self.grad_scaler.scale(total) if self._loss_scaled else total).backward()
             terms = torch.stack([losses.total.detach(), *losses[1:]])
-            terms = terms if n == size else share * terms
+            terms = terms if n == per_member else share * terms
             stats = terms if stats is None else stats + terms
         assert stats is not None
         if step:
             gate = running = None
             if self.config.kl_adaptive_lr_per_minibatch:  # rsl_rl's rule, before this step
-                cfg = self.config
-                kl = rdist.all_reduce_(stats[self._kl_index].clone(), "mean")
-                self._lr_applied.copy_(adapt_lr_(self._lr_tensor, kl, cfg.target_kl_div, cfg.kl_adaptive_lr_bounds))
+                self._adapt_lr_to_minibatch(rdist.all_reduce_(stats[self._kl_index].clone(), "mean"))
             if self.kl_stop is not None:
                 kl = stats[self._kl_index] * weight + (kl_so_far if kl_so_far is not None else 0.0)
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
@@ -359,6 +364,17 @@ class PPO(Epochs, Algorithm):
             self._sums.add_(stats * running)
             torch.where(running > 0, torch.maximum(self._kl_max, kl), self._kl_max, out=self._kl_max)
         return stats
+
+    def _adapt_lr_to_minibatch(self, kl: Tensor) -> None:
+        """``kl_adaptive_lr_per_minibatch``: rsl_rl's rule on the device on the minibatch's
+        KL, before its step: a single run's LR, else each member's (the base LR times its
+        factor, on its own KL and target)."""
+        target, bounds = self.hparams.get("target_kl_div", torch.float64), self.config.kl_adaptive_lr_bounds
+        if self.num_seeds == 1:
+            self._lr_applied.copy_(adapt_lr_(self._lr_tensor, kl, target, bounds))
+            return
+        factor = self.members.lr_factor
+        factor.copy_(adapt_lr_(self._lr_tensor * factor, kl, target, bounds) / self._lr_tensor)
 
     def losses(self, mb: Batch) -> tuple:
         """The policy's forward pass on a minibatch and its :attr:`loss_fields` (with grad)."""

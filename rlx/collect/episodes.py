@@ -122,28 +122,39 @@ def carry_episodes(stats: EpisodeStats, episode_return: Tensor, episode_length: 
     episode_length.copy_(stats.next_length)
 
 
-def truncated_slots(truncated: Tensor, ranks: Tensor, horizon: int) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Where the first ``K`` truncated steps of a rollout are, found without a host sync.
+def truncated_slots(truncated: Tensor, ranks: Tensor, horizon: int,
+                    num_members: int = 1) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    """Where the first ``K`` truncated steps of each member's rollout are, found without
+    a host sync.
 
-    The ``k``-th truncated step in flat order is found with a ``searchsorted`` on the
-    running count of truncations.
+    The ``k``-th truncated step of a member in flat order is found with a
+    ``searchsorted`` on the member's running count of truncations.
 
     Args:
-        truncated: ``[N]`` bool in flat order ``b * T + t``.
-        ranks: ``[K]``, ``arange(1, K + 1)``: the truncation counts to look for.
+        truncated: ``[N]`` bool in flat order ``b * T + t`` (``S`` members: ``S`` equal
+            blocks of sub-envs, seed-major).
+        ranks: ``[K]``, ``arange(1, K + 1)``: the truncation counts to look for, in each
+            member.
         horizon: ``T``.
+        num_members: ``S``.
 
     Returns:
-        ``env_idx [K]`` and ``step_idx [K]`` of the k-th truncated step (unused slots
-        point at a valid row, whose value is dropped), ``slot [N]``: each row's slot in
-        ``0..K-1``, or ``K`` for rows that did not truncate or came after the K-th, and
-        ``overflow []`` bool: more than ``K`` steps truncated.
+        ``env_idx [S * K]`` and ``step_idx [S * K]`` of each member's k-th truncated step,
+        seed-major (unused slots point at a valid row of the member, whose value is
+        dropped), ``slot [N]``: each row's slot in ``0..S*K-1``, or ``S * K`` for rows that
+        did not truncate or came after their member's K-th, and ``overflow []`` bool: a
+        member had more than ``K`` truncated steps.
     """
-    N, K = truncated.shape[0], ranks.shape[0]
-    count = torch.cumsum(truncated, 0)  # [N] truncations up to each row
-    rows = torch.searchsorted(count, ranks).clamp_(max=N - 1)  # [K] flat row of each rank
-    slot = torch.where(truncated & (count <= K), count - 1, K)  # [N]
-    return rows // horizon, rows % horizon, slot, count[-1] > K
+    S, K = num_members, ranks.shape[0]
+    n = truncated.shape[0] // S
+    by_member = truncated.view(S, n)
+    count = torch.cumsum(by_member, 1)  # [S, n] truncations up to each row, in its member
+    rows = torch.searchsorted(count, ranks.expand(S, K).contiguous()).clamp_(max=n - 1)  # [S, K]
+    first_row = torch.arange(0, S * n, n, device=truncated.device).unsqueeze(1)  # [S, 1]
+    rows = (rows + first_row).view(S * K)
+    first_slot = torch.arange(0, S * K, K, device=truncated.device).unsqueeze(1)
+    slot = torch.where(by_member & (count <= K), count - 1 + first_slot, S * K).view(S * n)
+    return rows // horizon, rows % horizon, slot, (count[:, -1] > K).any()
 
 
 def raise_first_nonfinite(checks: list[tuple[str, Tensor]], env_name: str) -> None:

@@ -190,16 +190,17 @@ class Rollout(RolloutValues):
         # does not declare max_episode_steps); more falls back to valuing every step.
         limit = getattr(env, "max_episode_steps", None)
         per_env = -(-T // limit) if isinstance(limit, int) and limit > 0 else 1
-        # Where a pass cannot be cut into rows (S members), every value pass takes whole
-        # columns (a gather would split the members unevenly): the capacity is every step.
-        self.set_truncation_capacity(B * per_env if self.members.can_cut_passes else B * T)
+        self.set_truncation_capacity(B * per_env)
         if self._compile_steps:
             self.compiled_loop = CompiledTLoop(self)
 
     def set_truncation_capacity(self, capacity: int) -> None:
-        """Value at most ``capacity`` truncated steps per collect without a fallback."""
-        self.truncation_capacity = min(self.num_envs * self.horizon, max(1, capacity))
-        self._truncation_ranks = torch.arange(1, self.truncation_capacity + 1, device=self.device)
+        """Value at most ``capacity`` truncated steps per collect without a fallback (with
+        S members, ``capacity / S``, rounded up, of each member's)."""
+        S = self.members.size  # the same capacity in every member (a pass takes equal blocks)
+        per_member = min(self.num_envs // S * self.horizon, max(1, -(-capacity // S)))
+        self.truncation_capacity = S * per_member
+        self._truncation_ranks = torch.arange(1, per_member + 1, device=self.device)
 
     # -- one collect ---------------------------------------------------------------------
 

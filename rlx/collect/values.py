@@ -17,6 +17,7 @@ from torch import Tensor
 
 from rlx.collect.buffer import FINAL_VALUES, VALUES
 from rlx.collect.episodes import truncated_slots
+from rlx.core.layout import cat_passes, pass_rows, passes
 from rlx.env import FINAL_OBS, OBS, TRUNCATED
 from rlx.policy import Obs, flatten_time
 
@@ -105,16 +106,16 @@ class RolloutValues:
             True when there were more truncated steps than the capacity: their values are
             then missing, and :meth:`finish` recomputes every row after the sync.
         """
-        B, T, K = self.num_envs, self.horizon, self.truncation_capacity
+        B, T, K, S = self.num_envs, self.horizon, self.truncation_capacity, self.members.size
         if K >= B * T:
             return self.all_final_values(value_fn), torch.zeros((), dtype=torch.bool, device=self.device)
         truncated = self.buffer.get(TRUNCATED)[:, :T].reshape(B * T)  # [B, T, 1] -> [N], flat order b * T + t
-        env_idx, step_idx, slot, overflow = truncated_slots(truncated, self._truncation_ranks, T)
+        env_idx, step_idx, slot, overflow = truncated_slots(truncated, self._truncation_ranks, T, S)
         obs, states = self._final_value_inputs()
-        chunk = self._value_pass_rows()
-        slot_values = torch.zeros(K + 1, 1, device=self.device)  # slot K: the 0 of every other step
-        for lo in range(0, K, chunk):
-            e, t = env_idx[lo : lo + chunk], step_idx[lo : lo + chunk]
-            rows = e.shape[0]
-            slot_values[lo : lo + rows] = (value_fn or self.value_fn)(obs[e, t], states[e, t], self._no_resets[:rows]).float()
+        parts = []
+        for lo, rows in passes(K, self._value_pass_rows() // S, S):  # each member's slots alike
+            e, t = pass_rows(env_idx, lo, rows, S), pass_rows(step_idx, lo, rows, S)
+            parts.append((value_fn or self.value_fn)(obs[e, t], states[e, t], self._no_resets[: S * rows]).float())
+        no_value = torch.zeros(1, 1, device=self.device)  # slot S * K: the 0 of every other step
+        slot_values = torch.cat([cat_passes(parts, S), no_value])
         return slot_values.index_select(0, slot).view(B, T, 1), overflow

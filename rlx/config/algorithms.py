@@ -55,7 +55,6 @@ class AlgorithmConfig(MinibatchConfig):
         >>> step_stats = algo.step()
     """
 
-    not_with_seeds: ClassVar[tuple[str, ...]] = (*MinibatchConfig.not_with_seeds, "kl_adaptive_lr_per_minibatch")
 
     algorithm_cls: ClassVar[type[Algorithm]] = PPO
     supports_seeds: ClassVar[bool] = True

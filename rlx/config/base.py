@@ -35,8 +35,6 @@ class CommonConfig:
 
     #: Whether the algorithm trains ``num_seeds > 1`` agents at once.
     supports_seeds: ClassVar[bool] = False
-    #: Switches that ``num_seeds > 1`` refuses by name until they work per member.
-    not_with_seeds: ClassVar[tuple[str, ...]] = ()
 
     #: Model instance to use; mutually exclusive with ``model_cls``.
     model: nn.Module | None = None
@@ -184,9 +182,6 @@ class CommonConfig:
 
         if not self.supports_seeds:
             fail(self, "num_seeds", f"num_seeds={self.num_seeds} is not supported by {type(self).__name__}")
-        for field in self.not_with_seeds:
-            if getattr(self, field):
-                fail(self, field, f"is not supported with num_seeds={self.num_seeds} yet (set it False, or num_seeds=1)")
 
         stacked = tuple(STACKED_MODELS.values())
         custom = self.model if self.model is not None else self.model_cls
@@ -248,7 +243,6 @@ class MinibatchConfig(CommonConfig):
     """Fields of the first-order minibatch update that PPO and A2C share: entropy bonus,
     value weight, minibatches, micro-batches, ``compile`` and ``cudagraphs``."""
 
-    not_with_seeds: ClassVar[tuple[str, ...]] = ("accumulate_grads",)
 
     #: Entropy bonus weight; ignored when ``entropy_coeff_schedule`` is set.
     entropy_coeff: float = 0.0
@@ -264,10 +258,12 @@ class MinibatchConfig(CommonConfig):
     vf_coeff: float = 1.0
     #: Samples per forward/backward pass: a larger minibatch runs in micro-batches whose
     #: gradients accumulate, each weighted by its share (the same update and statistics
-    #: up to float rounding, unlike ``sgd_minibatch_size``). ``None``: on a CPU, 4096 for
-    #: models up to 128 wide and 2048 for wider ones (whole-buffer passes spill out of
-    #: cache, 1.5-2x slower measured; much smaller ones repeat the per-pass dispatch),
-    #: and no split on CUDA. 0: never split.
+    #: up to float rounding, unlike ``sgd_minibatch_size``). With S members, each
+    #: member's samples per pass (as ``sgd_minibatch_size``): every pass takes the same
+    #: rows of every member. ``None``: on a CPU, 4096 for models up to 128 wide and 2048
+    #: for wider ones, shared by the members (whole-buffer passes spill out of cache,
+    #: 1.5-2x slower measured; much smaller ones repeat the per-pass dispatch), and no
+    #: split on CUDA. 0: never split.
     micro_batch_size: int | None = None
     #: Clip the actor's and the critic's gradients each to ``max_grad_norm`` (rsl_rl's
     #: rule), rather than their joint norm: a large critic gradient then no longer

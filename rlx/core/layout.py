@@ -8,10 +8,13 @@ one place that difference is decided (for normalizer statistics, reward scales a
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any
+
 import torch
 from torch import Tensor
 
-__all__ = ["member_lead", "by_member", "from_by_member", "member_rows"]
+__all__ = ["member_lead", "by_member", "from_by_member", "member_rows", "passes", "pass_rows", "cat_passes"]
 
 
 def member_lead(num_members: int) -> tuple[int, ...]:
@@ -44,3 +47,43 @@ def member_rows(values: Tensor, num_members: int, like: Tensor) -> Tensor:
         return values
     rows = values.repeat_interleave(like.shape[0] // num_members)
     return rows.view(-1, *([1] * (like.dim() - 1))).to(like.dtype)
+
+
+# -- passes: cache-sized micro-batches that cut every member alike ----------------------------
+
+
+def passes(rows: int, micro: int, num_members: int = 1) -> list[tuple[int, int]]:
+    """``(first row, rows)``, counted within each member, of each pass over ``rows``
+    seed-major rows (``rows / S`` per member) taking at most ``micro`` of every member's
+    rows (one pass when ``micro`` covers a member). Each pass's share of a mean is its
+    rows over a member's rows; :func:`pass_rows` takes a pass's rows of a batch."""
+    per = rows // num_members
+    if per * num_members != rows:
+        raise ValueError(f"passes: {rows} rows do not split evenly into {num_members} members")
+    m = max(1, min(micro, per))
+    return [(lo, min(m, per - lo)) for lo in range(0, per, m)]
+
+
+def pass_rows(x: Any, lo: int, n: int, num_members: int = 1) -> Any:
+    """Rows ``lo:lo + n`` of every member of seed-major ``x`` (a tensor or a TensorDict
+    with one batch dim, ``[S * m, ...]``), seed-major ``[S * n, ...]``: every member keeps
+    the same number of rows, as the stacked model and the per-member means need."""
+    if num_members == 1:
+        return x[lo : lo + n]
+    S, m = num_members, x.shape[0] // num_members
+    if n == m:
+        return x
+    rest = tuple(x.shape[1:])
+    return x.reshape(S, m, *rest)[:, lo : lo + n].reshape(S * n, *rest)
+
+
+def cat_passes(parts: Sequence[Tensor], num_members: int = 1) -> Tensor:
+    """The inverse of cutting by :func:`pass_rows`: the passes' seed-major outputs, in
+    order, back into one seed-major ``[S * m, ...]`` tensor."""
+    if len(parts) == 1:
+        return parts[0]
+    if num_members == 1:
+        return torch.cat(list(parts))
+    S = num_members
+    rest = tuple(parts[0].shape[1:])
+    return torch.cat([p.reshape(S, -1, *rest) for p in parts], dim=1).reshape(-1, *rest)

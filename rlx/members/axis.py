@@ -102,12 +102,6 @@ class Members:
         return member_lead(self.size)
 
     @property
-    def can_cut_passes(self) -> bool:
-        """Whether a batch may be cut into passes of rows (cache-sized micro-batches);
-        with S > 1 passes of rows would split the members unevenly."""
-        return self.size == 1
-
-    @property
     def prefixes(self) -> list[str]:
         """The name prefix of each member's statistics: ``seed{i}/`` with S > 1; none for
         a single run, whose statistics carry their plain names."""
@@ -223,6 +217,10 @@ class Members:
             if f != self._lr_factor_host[i]:
                 self._lr_factor_host[i] = float(f)
                 self.lr_factor[i].fill_(float(f))
+
+    def mirror_lr_factors(self, factors: Sequence[float]) -> None:
+        """Set the host mirror of factors the device already holds (adapted there)."""
+        self._lr_factor_host = [float(f) for f in factors]
 
     def learning_rates(self, base: float) -> list[float]:
         """Each member's learning rate: ``base`` times its factor (host values, no sync)."""

@@ -302,6 +302,3 @@ def test_the_per_minibatch_rule_sets_each_steps_lr_from_that_minibatchs_kl(env_n
 def test_the_per_minibatch_rule_needs_the_adaptive_lr() -> None:
     with pytest.raises(ConfigError, match="kl_adaptive_lr_per_minibatch: needs kl_adaptive_lr=True"):
         AlgorithmConfig(num_envs=8, horizon=8, device="cpu", kl_adaptive_lr_per_minibatch=True)
-    with pytest.raises(ConfigError, match="kl_adaptive_lr_per_minibatch: is not supported with num_seeds=2"):
-        AlgorithmConfig(num_envs=8, horizon=8, device="cpu", kl_adaptive_lr=True, target_kl_div=0.01,
-                        kl_adaptive_lr_per_minibatch=True, num_seeds=2)

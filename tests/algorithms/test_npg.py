@@ -216,6 +216,7 @@ def _windy_reach():
     return RslRlVecEnv.factory(lambda n, d: WindyReach(n, d, seed=0))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("env, extra", [
     ("cartpole", {}), ("cartpole", {"line_search": True, "micro_batch_size": 100}),
     ("cartpole", {"line_search": True, "num_seeds": 2, "member_hparams": {"max_kl": [0.01, 0.05]}, "fvp_subsample": 1.0}),

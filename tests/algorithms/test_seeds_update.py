@@ -210,8 +210,6 @@ def test_seeds_resume_exactly(config_cls, env_cls, extra: dict, resumed_run) -> 
 
 
 def test_what_seeds_do_not_support_yet_is_refused_by_name() -> None:
-    with pytest.raises(ConfigError, match="accumulate_grads: is not supported with num_seeds=2"):
-        AlgorithmConfig(num_seeds=2, accumulate_grads=True, device="cpu")
     with pytest.raises(ConfigError, match=r"optimizer_config: Adam\(maximize=True\) is not supported with num_seeds=2"):
         AlgorithmConfig(num_seeds=2, optimizer_config={"lr": 1e-3, "maximize": True}, device="cpu").build(CartPole)
     # cudagraphs is accepted with seeds (tests/test_gpu.py); on a CPU it needs CUDA, as for one seed

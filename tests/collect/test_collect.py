@@ -276,6 +276,31 @@ def test_truncation_bootstrap_values_exactly_the_truncated_steps(num_envs, horiz
         algo.step()
 
 
+@pytest.mark.parametrize("capacity", [2, 12, None])  # shares of 1, 6 and 5 (one per sub-env)
+def test_two_members_value_their_own_truncated_steps(capacity) -> None:
+    # Each member values up to its share of the capacity of its own truncated steps,
+    # found and passed member by member; the uneven counts of random truncations must
+    # still land each value on its own step, and a member past its share overflows.
+    env_cls = type("Env", (RandomEndsEnv,), {"p_truncate": 0.05})  # about 2 truncations a member and collect
+    algo = _build(env_cls, num_envs=5, horizon=8, num_seeds=2)
+    if capacity is not None:
+        algo.rollout.set_truncation_capacity(capacity)
+    share = algo.rollout.truncation_capacity // 2
+    valued = 0
+    for _ in range(6):
+        algo.collect()
+        truncated = algo.buffer["truncated"][:, :8]
+        expected = algo.rollout.all_final_values()
+        assert_close(algo.buffer["final_values"][:, :8], expected, atol=1e-6, rtol=1e-5)
+        compacted, overflow = algo.rollout.truncated_final_values()
+        assert bool(overflow) == bool((truncated.reshape(2, -1).sum(1) > share).any())
+        if not overflow:
+            assert_close(compacted, expected, atol=1e-6, rtol=1e-5)
+            valued += int(truncated.sum())
+        algo.step()
+    assert valued > 0 or share == 1
+
+
 def test_truncation_capacity_follows_the_env_time_limit() -> None:
     from rlx.envs import Pendulum  # truncates at 200 steps
 

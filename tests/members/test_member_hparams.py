@@ -52,7 +52,7 @@ def _feed(multi, single, i: int) -> None:
 
 
 def _side_by_side(config_cls, env_cls, extra: dict, hparams: dict, steps: int = 1, rtol=1e-5, atol=1e-6,
-                  float64: bool = False):
+                  float64: bool = False, algos: bool = False):
     """``steps`` updates of a population and of S single runs fed its members' data;
     checks parameters after each and returns the last statistics of both. ``float64``:
     every model computes in float64 (a reference run of the same code)."""
@@ -71,7 +71,7 @@ def _side_by_side(config_cls, env_cls, extra: dict, hparams: dict, steps: int = 
         for i, single in enumerate(singles):
             for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
                 torch.testing.assert_close(a, b, rtol=rtol, atol=atol)
-    return out, ones
+    return (out, ones, multi, singles) if algos else (out, ones)
 
 
 PPO_CASES = {
@@ -85,7 +85,22 @@ PPO_CASES = {
     "kl-early-stop-targets": (Pendulum, {"sgd_minibatch_size": 48, "shuffle_minibatches": False, "target_kl_div": 1e-4,
                                          "optimizer_config": {"lr": 0.02}},
                               {"target_kl_div": [1e-4, 1e-3, 1e-1]}),
+    # One optimizer step per epoch on the gradient of every minibatch, judged by the KL
+    # stop on the epoch's KL so far.
+    "accumulate-grads": (Pendulum, {"sgd_minibatch_size": 32, "accumulate_grads": True, "target_kl_div": 1e-4,
+                                    "num_sgd_iters": 4, "optimizer_config": {"lr": 0.5}},
+                         {"target_kl_div": [1e-5, 1e-3, 1e-1], "max_grad_norm": [0.05, 0.5, 50.0]}),
+    # rsl_rl's rule before every step, each member's LR on its own minibatch KL and target.
+    "adaptive-lr-per-minibatch": (Pendulum, {"sgd_minibatch_size": 32, "shuffle_minibatches": False, "kl_adaptive_lr": True,
+                                             "kl_adaptive_lr_per_minibatch": True, "target_kl_div": 1e-3,
+                                             "kl_adaptive_lr_bounds": (1e-4, 0.1), "max_grad_norm": 0.5},
+                                  {"target_kl_div": [1e-5, 1e-3, 1e-1], "lr": [0.01, 0.05, 0.1]}),
 }
+#: A member's LR adapted on the device is its base LR times a float32 factor: 3 roundings
+#: an adaptation (2^-24 each), 32 over two step()s, move its LR by <= 96 2^-24 = 5.7e-6 of
+#: itself, and each of its 32 SGD steps of <= lr x max_grad_norm = 0.05 by that much more:
+#: <= 32 x 0.05 x 5.7e-6 = 9.2e-6 (a single run's LR rounds once an adaptation).
+ATOL = {"adaptive-lr-per-minibatch": 1e-5}
 
 
 @pytest.mark.parametrize("case", list(PPO_CASES))
@@ -96,13 +111,20 @@ def test_each_ppo_member_updates_as_a_single_run_with_its_hyperparameters(case: 
     # a step; the members' float32 LR factors (0.01 = 0.2 x 0.05, 0.2 off by up to 2^-24)
     # move each step of <= 1e-2 by 6e-10 more, 2e-8 over two step()s of 16 steps: atol
     # 1e-6 (measured 2e-9).
-    out, ones = _side_by_side(AlgorithmConfig, env_cls, extra, hparams, steps=2, rtol=1e-9, atol=1e-6, float64=True)
+    out, ones, multi, singles = _side_by_side(AlgorithmConfig, env_cls, extra, hparams, steps=2, rtol=1e-9,
+                                              atol=ATOL.get(case, 1e-6), float64=True, algos=True)
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "losses/entropy", "monitors/kl_div", "monitors/clip_fraction"):
             assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), (key, i)
         for name, values in hparams.items():
-            assert out[f"seed{i}/hparams/{name}"] == pytest.approx(values[i])
-    if case == "kl-early-stop-targets":  # each member stopped at its own target
+            if not (name == "lr" and extra.get("kl_adaptive_lr")):  # an adapted LR moves
+                assert out[f"seed{i}/hparams/{name}"] == pytest.approx(values[i])
+    if case == "adaptive-lr-per-minibatch":  # each member's LR moved by its own rule, on the host too
+        for i, (one, single) in enumerate(zip(ones, singles)):
+            assert out[f"seed{i}/monitors/lr"] == pytest.approx(one["monitors/lr"], rel=1e-6)
+            assert multi.members.learning_rates(multi.lr)[i] == pytest.approx(single.lr, rel=1e-6)
+        assert len({round(one["monitors/lr"], 9) for one in ones}) == S
+    if case in ("kl-early-stop-targets", "accumulate-grads"):  # each member stopped at its own target
         steps = [one["monitors/optimizer_steps"] for one in ones]
         assert [out[f"seed{i}/monitors/optimizer_steps"] for i in range(S)] == steps
         assert steps[0] < steps[-1], steps

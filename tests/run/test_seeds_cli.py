@@ -24,6 +24,7 @@ def _rows(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
 
 
+@pytest.mark.slow
 def test_eight_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsys) -> None:
     """Every seed reaches the config's stop_at (mean episode length 475) within its
     300k-step budget; a seed that gets there stops updating, and the run stops when the
@@ -61,6 +62,7 @@ def test_eight_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsys) 
     assert (run_dir / "seeds.png").is_file()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("line_search", [False, True], ids=["npg", "trpo"])
 def test_four_npg_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsys, line_search: bool) -> None:
     """NPG (and TRPO) with 4 seeds: one natural step per seed per collect; every seed
@@ -80,6 +82,7 @@ def test_four_npg_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsy
     assert float(capsys.readouterr().out.split("eval/return_mean:")[1].split()[0]) >= 200
 
 
+@pytest.mark.slow
 def test_two_recurrent_seeds_solve_cartpole_without_velocities_and_export_one(tmp_path, capsys) -> None:
     """Recurrent PPO with 2 seeds (LSTM): both reach the config's stop_at, and seed 1
     comes back as a single recurrent policy that acts from its own state."""

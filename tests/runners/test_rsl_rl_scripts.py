@@ -22,6 +22,7 @@ def _run(script: Path, *args: str) -> str:
     return proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("runner", ["rlx", "rsl_rl"])
 def test_train_and_play_scripts_run_with_either_import(runner: str, tmp_path: Path) -> None:
     """Measured (seed 42, 50 iterations of 256 envs, played on 50): rlx -86, rsl_rl -20
@@ -48,6 +49,7 @@ def test_train_and_play_scripts_run_with_either_import(runner: str, tmp_path: Pa
     assert mean > -120.0, out  # far above the random policy's -168
 
 
+@pytest.mark.slow
 def test_the_train_script_under_torchrun_trains_both_ranks_and_rank_zero_writes(tmp_path: Path) -> None:
     """rsl_rl's runner under torchrun: the runner joins the process group (gloo on the
     CPU), both ranks train, rank 0 alone prints its iterations and writes checkpoints."""
