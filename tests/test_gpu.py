@@ -105,6 +105,8 @@ def test_auto_modes_graph_the_default_config_on_cuda() -> None:
     assert algo.update.captured and algo.rollout.graphs[False].captured
     amp = AlgorithmConfig(num_envs=64, horizon=8, device="cuda", enable_amp=True).build(CartPole)
     assert not amp.uses_cuda_graphs and "enable_amp" in amp.modes.notes["cudagraphs"]
+    # bf16 on an H100 for one member as for many: no loss scale, Adam's step on the device.
+    assert amp.amp_dtype == torch.bfloat16 and not amp.grad_scaler.is_enabled()
 
 
 def test_cudagraphed_update_keeps_the_kl_early_stop_of_the_eager_one() -> None:

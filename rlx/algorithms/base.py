@@ -152,7 +152,7 @@ class Algorithm(MemberValues, ABC):
         self.reward_scaler = RewardScaler(self.num_envs, config.gamma, device=self.device, num_seeds=self.num_seeds)
         if self.hparams.varies("gamma"):
             self.reward_scaler.set_gamma(self.hparams.per_env("gamma", config.num_envs))
-        self.amp_dtype = self.members.amp_dtype(self.device)
+        self.amp_dtype = self.members.amp_dtype(self.device, config.enable_amp)
         self.grad_scaler = torch.amp.GradScaler(
             self.device.type, enabled=config.enable_amp and self.amp_dtype == torch.float16
         )

@@ -77,9 +77,10 @@ class CommonConfig:
     normalize_rewards: bool = True
     #: Feed the model observations normalized by a running mean/std (rlx addition).
     normalize_obs: bool = False
-    #: Mixed precision: bf16 autocast on CPU, fp16 autocast with a GradScaler on CUDA
-    #: (bf16 on CUDA too with ``num_seeds > 1``: a loss scale would couple the seeds).
-    #: γ, returns and GAE stay in float32.
+    #: Mixed precision: bf16 autocast, for one member and for many, on every CPU and on
+    #: CUDA GPUs from Ampere on (no loss scale: the update steps as without AMP); fp16
+    #: autocast with a GradScaler on an older GPU, for one member only (a loss scale would
+    #: couple the members). The output heads, γ, returns and GAE stay in float32.
     enable_amp: bool = False
     #: Precision of float32 matmuls and convolutions: ``"fp32"`` (full), ``"tf32"`` (TF32
     #: tensor cores on CUDA: 10 mantissa bits, measured 12% faster on an H100 for PPO at

@@ -23,6 +23,7 @@ import torch
 from torch import Tensor, nn
 
 from rlx.core import distributed as rdist
+from rlx.core.config_fields import ConfigError
 from rlx.core.layout import member_lead
 from rlx.members.ops import (
     clip_grad_norm_,
@@ -258,10 +259,23 @@ class Members:
             return optimizer_cls(params, **kwargs)
         return seed_optimizer(optimizer_cls, params, self.size, kwargs)
 
-    def amp_dtype(self, device: torch.device) -> torch.dtype:
-        """fp16 on CUDA for one member; bf16 otherwise (fp16's loss scale would be shared:
-        one member's overflow would skip or rescale every member's step)."""
-        return torch.float16 if device.type == "cuda" and self.size == 1 else torch.bfloat16
+    def amp_dtype(self, device: torch.device, enabled: bool = False) -> torch.dtype:
+        """``enable_amp``'s dtype: bf16 for one member and for many, wherever the device
+        computes it (every CPU; CUDA GPUs from Ampere on), which needs no loss scale, so
+        the update steps as it does without AMP (compiled whole, Adam on the device). fp16
+        with a loss scale only on an older GPU, for one member (a shared loss scale would
+        let one member's overflow skip or rescale every member's step).
+
+        Raises:
+            ConfigError: ``enabled`` with S members on a GPU without bf16.
+        """
+        if device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False):
+            return torch.bfloat16
+        if enabled and self.size > 1:
+            raise ConfigError(f"enable_amp: num_seeds={self.size} needs bf16 autocast, which this GPU "
+                              f"({torch.cuda.get_device_name(device)}) does not compute (fp16's loss scale would be "
+                              "shared by the members); set enable_amp=False or num_seeds=1")
+        return torch.float16
 
     def optimizer_step(
         self,

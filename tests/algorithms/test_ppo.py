@@ -199,6 +199,28 @@ def test_amp_on_cpu_trains_in_bfloat16_with_finite_losses(scripted_env) -> None:
     assert algo.buffer["advantages"].dtype == torch.float32
 
 
+def test_amp_is_bf16_for_one_member_and_many_and_fp16_only_for_one_on_an_old_gpu(monkeypatch) -> None:
+    """bf16 wherever the device has it (one member and S alike, no loss scale, so the
+    update compiles whole); a GPU without bf16 (here: torch.cuda's answer for one, as no
+    GPU is in reach) gives one member fp16 and refuses S members by name."""
+    from rlx.core.config_fields import ConfigError
+    from rlx.envs import CartPole
+    from rlx.members import Members
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert Members(1, cpu).amp_dtype(cpu, True) == Members(3, cpu).amp_dtype(cpu, True) == torch.bfloat16
+    amp = AlgorithmConfig(num_envs=8, horizon=8, device="cpu", enable_amp=True, compile=True).build(CartPole)
+    assert amp.amp_dtype == torch.bfloat16 and not amp.grad_scaler.is_enabled() and amp.compile_fallback is None
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: True)
+    assert Members(1, cpu).amp_dtype(cuda, True) == torch.bfloat16
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda including_emulation=True: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Tesla V100")
+    assert Members(1, cpu).amp_dtype(cuda, True) == torch.float16
+    assert Members(3, cpu).amp_dtype(cuda, False) == torch.float16  # AMP off: nothing to refuse
+    with pytest.raises(ConfigError, match=r"enable_amp: num_seeds=3 needs bf16 autocast, which this GPU \(Tesla V100\)"):
+        Members(3, cpu).amp_dtype(cuda, True)
+
+
 def test_reward_normalization_divides_by_the_running_return_std(scripted_env) -> None:
     algo = _config().build(scripted_env)
     algo.collect()
