@@ -13,7 +13,7 @@ rlx / rl8 ratio of each (above 1: rlx is faster); step samples/s here is N / ste
 implementation choices: the whole-buffer minibatch in 2048-row micro-batches on a CPU
 (the same gradient) and fused Adam (the same update up to rounding). Its opt-in
 switches, which rl8 lacks, are off unless asked for: ``--compile`` (``compile=True``)
-and ``--amp`` (``enable_amp=True``: bf16 autocast in the update on a CPU, fp16 on CUDA;
+and ``--amp`` (``enable_amp=True``: bf16 autocast in the update (fp16 on a GPU before Ampere);
 rl8 stays float32). Every row records them. Two untimed warm-up iterations per library.
 
 A third column is the no-framework ceiling (``--no-ceiling`` skips it): :class:`Ceiling`

@@ -16,8 +16,8 @@ program: the whole run is one ``jax.jit``). For each setting and round, interlea
 * rlx, per mode (``eager``: the defaults; ``compile``: ``compile=True``, whose minibatch
   update compiles whole, :meth:`rlx.algorithms.ppo.PPO.minibatch_update`; ``cudagraphs``
   and ``compile+cudagraphs`` on CUDA; ``compile+amp``: that program under bf16 autocast
-  on a CPU, not JAX's float32 arithmetic and so a row of its own; on CUDA, fp16 with a
-  GradScaler): the first iteration's time (compiling included), then steady-state env
+  (not JAX's float32 arithmetic, and so a row of its own; fp16 with a GradScaler on a GPU
+  before Ampere): the first iteration's time (compiling included), then steady-state env
   steps/s of ``collect()`` + ``step()`` over the same iterations, and the same return.
 
 Every row names its matmul precision (``float32``, or ``tf32`` where CUDA's TF32 matmuls

@@ -173,7 +173,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seeds", type=int, nargs="+", default=[1],
                         help="PPO: agents trained at once (num_seeds), each with B envs, e.g. 1 4 16 64 (default 1); "
                         "throughputs count every seed's env steps")
-    parser.add_argument("--amp", action="store_true", help="mixed precision (bf16 on CPU, fp16 on CUDA)")
+    parser.add_argument("--amp", action="store_true", help="mixed precision (bf16; fp16 on a GPU before Ampere)")
     parser.add_argument("--cudagraphs", action="store_true", help="PPO: CUDA-graph the minibatch update, and collect's T loop for graph-safe envs")
     parser.add_argument("--compile", action="store_true",
                         help="compile=True (PPO, A2C, NPG; warm-up iterations include compiling)")
