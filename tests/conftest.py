@@ -16,10 +16,22 @@ from rlx.run.threads import AutoThreads, threads_are_set_by_user
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The ``slow`` tests first (in their order), the rest after: with ``-n 2`` the
-    minute-long runs start at once and the short tests fill in around them, rather than
-    one of them starting last and leaving a worker idle at the end."""
+    """The ``slow`` tests first (in their order), the rest after, so that the minute-long
+    runs start early and the short tests fill in around them (see
+    :func:`pytest_xdist_make_scheduler`)."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """With ``-n N`` (xdist's default ``--dist load``), work stealing: xdist's ``load``
+    deals each worker one run of consecutive tests first, which would hand every slow
+    test to the first worker; with work stealing a worker that runs dry takes half of
+    another's queue. Another ``--dist`` is left as asked."""
+    if config.getoption("dist", "load") != "load":
+        return None
+    from xdist.scheduler import WorkStealingScheduling
+
+    return WorkStealingScheduling(config, log)
 
 # torch's threads kept off the cores other processes use (rlx.run.threads), looked at again
 # between tests at most every 5 s: a suite beside another busy process stays fast.

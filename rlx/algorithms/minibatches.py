@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 import torch
 from tensordict import TensorDict
@@ -22,9 +22,6 @@ from rlx.core.layout import cat_passes, pass_rows, passes
 from rlx.members.stacked import StackedLinear, StackedRNNCell
 from rlx.env import OBS
 from rlx.policy import EvalOutput, Obs, Policy, RecurrentPolicy, flatten_time
-
-if TYPE_CHECKING:
-    from rlx.members.axis import Members
 
 __all__ = ["MinibatchSource", "Samples", "Sequences", "CPU_MICRO_BATCH_SIZE", "CPU_WIDE_MICRO_BATCH_SIZE",
            "default_cpu_micro_batch_size", "micro_batch_rows", "passes", "pass_rows", "cat_passes"]
@@ -56,14 +53,13 @@ def default_cpu_micro_batch_size(model: torch.nn.Module) -> int:
     return CPU_MICRO_BATCH_SIZE if widths and max(widths) <= 128 else CPU_WIDE_MICRO_BATCH_SIZE
 
 
-def micro_batch_rows(micro_batch_size: int | None, model: torch.nn.Module, device: torch.device,
-                     members: Members) -> int:
+def micro_batch_rows(micro_batch_size: int | None, model: torch.nn.Module, device: torch.device) -> int:
     """Each member's rows per forward/backward pass of an update (a config's
     ``micro_batch_size``: ``None`` gives :func:`default_cpu_micro_batch_size` on a CPU,
-    shared by the members, and no cut on CUDA; 0 no cut); ``sys.maxsize`` where passes
-    are not cut."""
+    each member's as one run's, and no cut on CUDA; 0 no cut); ``sys.maxsize`` where
+    passes are not cut."""
     if micro_batch_size is None:
-        micro_batch_size = max(1, default_cpu_micro_batch_size(model) // members.size) if device.type == "cpu" else 0
+        micro_batch_size = default_cpu_micro_batch_size(model) if device.type == "cpu" else 0
     return micro_batch_size or sys.maxsize
 
 

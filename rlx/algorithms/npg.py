@@ -120,7 +120,7 @@ class NPG(Algorithm):
         self._actor_shapes = [p.shape[lead:] for p in self.actor_params]
         self._actor_sizes = [p.shape[lead:].numel() for p in self.actor_params]
         #: Rows per pass (``micro_batch_size``; ``sys.maxsize``: whole passes).
-        self._micro = micro_batch_rows(config.micro_batch_size, self.policy.model, self.device, self.members)
+        self._micro = micro_batch_rows(config.micro_batch_size, self.policy.model, self.device)
         if self.compiles and self.world_size > 1:
             raise ConfigError("NPGConfig.compile is not supported under torch.distributed yet (the natural step's "
                               "all-reduces would run inside the compiled program); got world_size "

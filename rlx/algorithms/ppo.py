@@ -198,7 +198,7 @@ class PPO(Epochs, Algorithm):
 
     def _micro_batch_units(self) -> int:
         """Units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
-        rows = micro_batch_rows(self.config.micro_batch_size, self.policy.model, self.device, self.members)
+        rows = micro_batch_rows(self.config.micro_batch_size, self.policy.model, self.device)
         return max(1, rows // self.minibatches.unit_samples) if rows < sys.maxsize else rows
 
     def step(self) -> dict[str, float]:

@@ -262,7 +262,7 @@ class MinibatchConfig(CommonConfig):
     #: up to float rounding, unlike ``sgd_minibatch_size``). With S members, each
     #: member's samples per pass (as ``sgd_minibatch_size``): every pass takes the same
     #: rows of every member. ``None``: on a CPU, 4096 for models up to 128 wide and 2048
-    #: for wider ones, shared by the members (whole-buffer passes spill out of cache,
+    #: for wider ones, of each member (whole-buffer passes spill out of cache,
     #: 1.5-2x slower measured; much smaller ones repeat the per-pass dispatch), and no
     #: split on CUDA. 0: never split.
     micro_batch_size: int | None = None

@@ -51,9 +51,19 @@ def test_a_cut_update_of_two_members_equals_the_whole_pass_one(micro: int) -> No
         algo = AlgorithmConfig(micro_batch_size=m, **common).build(CartPole)
         algo.policy.double()
         assert algo._micro_units == (micro if m else algo._micro_units)
+        rows, losses = [], algo.loss_fn
+
+        def counted(part, losses=losses, rows=rows):  # the passes' rows, as the update cuts them
+            rows.append(part["obs"].shape[0])
+            return losses(part)
+
+        algo.loss_fn = counted
         algo.collect()
         stats = {k: v for k, v in algo.step().items() if not k.startswith("profiling/")}
         runs.append((stats, _params(algo)))
+        # 2 members x 16 samples a minibatch, 2 minibatches, 2 epochs: passes of 5 (5, 5, 5, 1
+        # of each member) or whole minibatches.
+        assert rows == ([10, 10, 10, 2] * 4 if m == 5 else [32] * 4), rows
     (whole, whole_params), (cut, cut_params) = runs
     assert any(not torch.equal(a, b) for a, b in zip(whole_params, _params(AlgorithmConfig(**common).build(CartPole))))
     for a, b in zip(whole_params, cut_params):
@@ -63,10 +73,10 @@ def test_a_cut_update_of_two_members_equals_the_whole_pass_one(micro: int) -> No
         assert cut[key] == pytest.approx(whole[key], rel=2**-21, abs=1e-12), key
 
 
-def test_the_cpu_default_cut_is_shared_by_the_members() -> None:
-    for hiddens, rows in (([64, 64], 4096), ([256, 256], 2048)):
+def test_the_cpu_default_cut_is_each_members_as_one_runs() -> None:
+    for hiddens, rows in (([64, 64], 4096), ([256, 256], 2048)):  # by width, the stacked layers' too
         algo = AlgorithmConfig(num_envs=4, horizon=4, num_seeds=4, device="cpu", model_config={"hiddens": hiddens}).build(CartPole)
-        assert algo._micro_units == rows // 4 and algo.policy.max_rows_per_pass is not None
+        assert algo._micro_units == rows and algo.policy.max_rows_per_pass is not None
 
 
 def test_npg_pieces_of_two_members_cut_into_passes_equal_the_whole_pass_ones() -> None:
