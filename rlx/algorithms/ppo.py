@@ -197,7 +197,7 @@ class PPO(Epochs, Algorithm):
         return Samples()
 
     def _micro_batch_units(self) -> int:
-        """Units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
+        """Each member's units per forward/backward pass (see ``AlgorithmConfig.micro_batch_size``)."""
         rows = micro_batch_rows(self.config.micro_batch_size, self.policy.model, self.device)
         return max(1, rows // self.minibatches.unit_samples) if rows < sys.maxsize else rows
 
@@ -327,10 +327,10 @@ class PPO(Epochs, Algorithm):
         """
         if self.config.symmetry_augment:
             mb = self.symmetry.augment(mb, self.num_seeds)  # twice the rows: each sample and its mirrored twin
-        S = self.num_seeds
-        per_member = next(iter(mb.values())).shape[0] // S
+        S, size = self.num_seeds, next(iter(mb.values())).shape[0]
+        per_member = size // S
         stats: Tensor | None = None
-        for lo, n in passes(per_member * S, self._micro_units, S):  # the same rows of every member
+        for lo, n in passes(size, self._micro_units, S):  # the same rows of every member
             part = mb if n == per_member else {key: pass_rows(x, lo, n, S) for key, x in mb.items()}
             share = n / per_member
             losses = self.loss_fn(part)
