@@ -22,6 +22,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
+@pytest.hookimpl(optionalhook=True)  # xdist's hook: pytest without xdist skips it
 def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     """With ``-n N`` (xdist's default ``--dist load``), work stealing: xdist's ``load``
     deals each worker one run of consecutive tests first, which would hand every slow
