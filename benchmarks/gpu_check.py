@@ -18,7 +18,10 @@ a part whose limit no longer fits is skipped by name. The parts, in priority ord
    10 costliest kernels of each phase.
 4. ``members``: 64 members x 1024 envs against one member of 1024 envs and one run of
    65536 envs (``cudagraphs``, 4 minibatches), env steps/s.
-5. ``rsl_rl``: rsl_rl's ``OnPolicyRunner`` against :class:`rlx.runners.OnPolicyRunner`
+5. ``npg``: NPG's ``step()`` against PPO's graphed ``step()`` at B = 65536 (T = 32, 64x64
+   tanh, NPGConfig's defaults otherwise; PPO as in ``members``): medians of 5 after 3
+   warm-ups, each phase timed alone, and their ratio (#42 asks for NPG's <= PPO's).
+6. ``rsl_rl``: rsl_rl's ``OnPolicyRunner`` against :class:`rlx.runners.OnPolicyRunner`
    at Isaac Lab's scale (4096 envs x 24 steps, [512, 256, 128] ELU, 5 epochs x 4
    minibatches, an asymmetric critic) on :class:`rlx.examples.windy_reach.WindyReach`,
    when rsl_rl imports; a skip row otherwise.
@@ -45,7 +48,8 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 #: Each part's time limit (seconds) on a GPU, and on the CPU with ``--dry-run``.
-LIMITS = {"gpu_tests": (150, 60), "vs_jax": (150, 90), "profile": (60, 60), "members": (45, 60), "rsl_rl": (60, 60)}
+LIMITS = {"gpu_tests": (150, 60), "vs_jax": (150, 90), "profile": (60, 60), "members": (45, 60), "npg": (40, 60),
+          "rsl_rl": (60, 60)}
 #: The files written to ``--out``.
 FILES = ("summary.md", "results.jsonl", "gpu_tests.log", "parts.log")
 
@@ -176,6 +180,41 @@ def part_members(dry_run: bool, out: Path) -> None:
            "members_over_one_member": round(rates[f"{many}_members"] / rates["one_member"], 3)})
 
 
+def _phase_ms(algo, device: str, reps: int = 5) -> tuple[float, float]:
+    """Medians of ``collect()`` and ``step()`` (ms), each timed alone, after 3 warm-ups."""
+    for _ in range(3):
+        algo.collect()
+        algo.step()
+    collect, step = [], []
+    for _ in range(reps):
+        _sync(device)
+        t0 = time.perf_counter()
+        algo.collect()
+        _sync(device)
+        t1 = time.perf_counter()
+        algo.step()
+        _sync(device)
+        collect.append(t1 - t0)
+        step.append(time.perf_counter() - t1)
+    return 1e3 * statistics.median(collect), 1e3 * statistics.median(step)
+
+
+def part_npg(dry_run: bool, out: Path) -> None:
+    from rlx import NPGConfig
+    from rlx.envs import CartPole
+
+    device = _device(dry_run)
+    B, ppo_mode = (64, "eager") if dry_run else (65536, "cudagraphs")
+    npg = NPGConfig(num_envs=B, horizon=32, device=device, seed=0,
+                    model_config={"hiddens": [64, 64], "activation_fn": "tanh"})
+    step_ms = {}
+    for name, config, mode in [("npg", npg, "eager"), ("ppo", _algo(B, device, ppo_mode), ppo_mode)]:
+        collect_ms, step_ms[name] = _phase_ms(config.build(CartPole), device)
+        _emit({"part": "npg", "algo": name, "device": device, "mode": mode, "precision": _precision(device),
+               "num_envs": B, "collect_ms": round(collect_ms, 3), "step_ms": round(step_ms[name], 3)})
+    _emit({"part": "npg", "summary": True, "npg_step_over_ppo_step": round(step_ms["npg"] / step_ms["ppo"], 3)})
+
+
 def part_rsl_rl(dry_run: bool, out: Path) -> None:
     import contextlib
     import io
@@ -220,7 +259,7 @@ def part_rsl_rl(dry_run: bool, out: Path) -> None:
 
 
 PARTS = {"gpu_tests": part_gpu_tests, "vs_jax": part_vs_jax, "profile": part_profile, "members": part_members,
-         "rsl_rl": part_rsl_rl}
+         "npg": part_npg, "rsl_rl": part_rsl_rl}
 
 
 # -- the driver ----------------------------------------------------------------------------------
@@ -259,7 +298,7 @@ def _summary(rows: list[dict], header: str) -> str:
                 top = ", ".join(f"{k['name'][:40]} {k['ms']} ms" for k in p["top_kernels"][:3])
                 lines.append(f"  - B={row['num_envs']} {row['mode']} {phase}: wall {p['wall_ms']} ms, GPU busy "
                              f"{p['gpu_busy_ms']} ms, {p['kernels']} kernels; top: {top}")
-        elif part in ("members", "rsl_rl"):
+        elif part in ("members", "npg", "rsl_rl"):
             lines.append("  - " + ", ".join(f"{k} {v}" for k, v in row.items() if k != "part"))
     return "\n".join(lines) + "\n"
 

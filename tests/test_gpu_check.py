@@ -23,13 +23,15 @@ def test_gpu_check_dry_runs_every_part_on_the_cpu_and_writes_its_files(tmp_path:
     assert len(files) <= 6 and {"summary.md", "results.jsonl"} <= set(files), files
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     status = {r["part"]: r["status"] for r in rows if "status" in r}
-    assert status == {p: "exit 0" for p in ("gpu_tests", "vs_jax", "profile", "members", "rsl_rl")}, (
+    assert status == {p: "exit 0" for p in ("gpu_tests", "vs_jax", "profile", "members", "npg", "rsl_rl")}, (
         status, (tmp_path / "parts.log").read_text()[-3000:])
     by_part = {part: [r for r in rows if r["part"] == part and "status" not in r] for part in status}
     assert by_part["vs_jax"] and all(r["steps_per_s"] > 0 and r["precision"] == "float32" for r in by_part["vs_jax"])
     profile = by_part["profile"][0]
     assert profile["collect"]["wall_ms"] > 0 and profile["step"]["wall_ms"] > 0
     assert any(r.get("members_over_one_run") for r in by_part["members"])
+    assert {r["algo"]: r["step_ms"] > 0 for r in by_part["npg"] if "algo" in r} == {"npg": True, "ppo": True}
+    assert any(r.get("npg_step_over_ppo_step") for r in by_part["npg"])
     assert any(r.get("side") == "rlx" and r["steps_per_s"] > 0 for r in by_part["rsl_rl"])
     assert "gpu_check:" in (tmp_path / "summary.md").read_text() and "members" in done.stdout
 
