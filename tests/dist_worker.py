@@ -1,8 +1,9 @@
 """A torchrun worker for tests/test_distributed.py (also runs as a single process).
 
     python tests/dist_worker.py MODE TOTAL_ENVS OUT
-        (MODE: ppo, npg, recurrent_ppo, rsl_rl_groups, ppo_symmetry, ppo_kl_stop, ppo_seeds, npg_seeds, seeds_done,
-        mismatch, mismatch_env_kwargs, die, running_stats)
+        (MODE: ppo, npg, recurrent_ppo, rsl_rl_groups, ppo_symmetry, ppo_kl_stop, ppo_seeds, npg_seeds, ppo_sweep,
+        ppo_rnd, seeds_done, pbt, make_teacher, distill, mismatch, mismatch_env_kwargs, die, running_stats;
+        or several, comma-separated, run one after the other, each writing OUT.MODE)
 """
 
 from __future__ import annotations
@@ -126,7 +127,6 @@ def seeds_done(common: dict, out: str, rank: int) -> None:
     trainer.run()
     torch.save({"params": [p.detach() for p in algo.policy.parameters()], "done": algo.members.done.tolist(),
                 "iteration": trainer.iteration}, f"{out}.rank{rank}")
-    torch.distributed.destroy_process_group()
 
 
 def pbt(common: dict, out: str, rank: int) -> None:
@@ -143,8 +143,6 @@ def pbt(common: dict, out: str, rank: int) -> None:
     trainer.run()
     torch.save({"params": [p.detach() for p in algo.policy.parameters()], "lineage": trainer.pbt.lineage,
                 "lrs": algo.member_values("lr")}, f"{out}.rank{rank}")
-    if rdist.is_distributed():
-        torch.distributed.destroy_process_group()
 
 
 def negate(obs: TensorDict, actions: torch.Tensor) -> tuple[TensorDict, torch.Tensor]:
@@ -162,7 +160,19 @@ FLOAT64_MODES = ("npg", "npg_seeds")
 def main() -> None:
     mode, total, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rdist.init_from_env(device_type="cpu")
+    if "," in mode:  # several modes, one after the other in this process: each writes {out}.{mode}
+        for one in mode.split(","):
+            run(one, total, f"{out}.{one}")
+    else:
+        run(mode, total, out)
+    if rdist.is_distributed():
+        torch.distributed.destroy_process_group()
+
+
+def run(mode: str, total: int, out: str) -> None:
+    """One mode (see the module's docstring), in a process group already set up."""
     world, rank = rdist.world_size(), rdist.rank()
+    IndexedWalker.seeds = 1  # a mode with members sets its own
     if mode == "running_stats":
         # 10 samples on rank 0, 3 on rank 1; only the syncing instance merges them.
         from rlx.core.normalization import RunningMeanStd
@@ -172,7 +182,6 @@ def main() -> None:
         synced.update(x)
         local.update(x)
         torch.save({"synced": synced.state_dict(), "local": local.state_dict()}, f"{out}.rank{rank}")
-        torch.distributed.destroy_process_group()
         return
     common = dict(num_envs=total // world, horizon=8, device="cpu", seed=0, gamma=0.9, normalize_obs=True,
                   model_config={"hiddens": [16]})
@@ -270,8 +279,6 @@ def main() -> None:
                     "env_steps": algo.env_steps}, out)
     if mode == "ppo_kl_stop":  # every rank's own view of the update
         torch.save({"params": [p.detach() for p in algo.policy.parameters()], "stats": stats}, f"{out}.rank{rank}")
-    if rdist.is_distributed():
-        torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":
