@@ -65,7 +65,7 @@ def _assert_ranks_equal_one_rank(mode: str, a: dict, b: dict) -> None:
         torch.testing.assert_close(x, y, **tol)
     keys = ["losses/policy", "losses/vf", "monitors/kl_div", "episodes/return_mean"]
     if mode.endswith(("_seeds", "_sweep")):  # seeds replicated per rank: each seed data-parallel over the ranks
-        keys += [f"seed{i}/{k}" for i in range(2) for k in keys]
+        keys += [f"member{i}/{k}" for i in range(2) for k in keys]
     if mode == "rsl_rl_groups":  # the env's log extras are reduced across ranks like rlx's own stats
         keys.append("env/position")
     if mode == "ppo_symmetry":

@@ -291,7 +291,7 @@ def test_seeds_collect_and_step_do_not_sync_on_cuda(config_name: str, extra: dic
         algo.step()
     for stats in _run_without_syncs(algo):
         assert all(isinstance(v, float) for v in stats.values())
-        assert "seed3/losses/total" in stats or "seed3/episodes/count" in stats
+        assert "member3/losses/total" in stats or "member3/episodes/count" in stats
     if extra.get("cudagraphs"):
         assert algo.update.captured and algo.rollout.graphs[False].captured
 
@@ -329,7 +329,7 @@ def test_cudagraphed_seeds_update_as_eager_seeds_with_the_kl_early_stop_per_seed
         first = eager.step(), graphed.step()
         assert graphed.update.captured
         for i in range(S):
-            key = f"seed{i}/monitors/optimizer_steps"
+            key = f"member{i}/monitors/optimizer_steps"
             assert first[1][key] == first[0][key], (k, i)
             steps.append(first[0][key])
         assert first[1]["monitors/sgd_epochs"] == first[0]["monitors/sgd_epochs"]
@@ -356,15 +356,15 @@ def test_a_diverged_seed_is_frozen_inside_the_cuda_graph() -> None:
         before = [p.detach().clone() for p in algo.policy.model.parameters()]
         runs.append((algo, algo.step(), before))
     (clean, clean_stats, _), (poisoned, stats, before) = runs
-    assert clean_stats["seeds/active"] == 3.0
-    assert stats["seed0/active"] == 0.0 and stats["seeds/active"] == 2.0
+    assert clean_stats["members/active"] == 3.0
+    assert stats["member0/active"] == 0.0 and stats["members/active"] == 2.0
     for a, b, start in zip(clean.policy.model.parameters(), poisoned.policy.model.parameters(), before):
         assert torch.equal(b[0], start[0])
         torch.testing.assert_close(a[1:], b[1:], rtol=1e-6, atol=1e-7)
         assert not torch.equal(b[1:], start[1:])
     poisoned.collect()
     frozen = [p.detach()[0].clone() for p in poisoned.policy.model.parameters()]
-    assert poisoned.step()["seed0/active"] == 0.0
+    assert poisoned.step()["member0/active"] == 0.0
     for p, f in zip(poisoned.policy.model.parameters(), frozen):
         assert torch.equal(p.detach()[0], f)
 
@@ -382,9 +382,9 @@ def test_eight_graphed_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path) 
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     assert rows[-1]["env_steps"] < 300_000
     for i in range(8):
-        lengths = [r[f"seed{i}/episodes/length_mean"] for r in rows if r.get(f"seed{i}/episodes/length_mean") is not None]
+        lengths = [r[f"member{i}/episodes/length_mean"] for r in rows if r.get(f"member{i}/episodes/length_mean") is not None]
         assert max(lengths) >= 475, i
-    assert any(r["seeds/active"] < 8 for r in rows)
+    assert any(r["members/active"] < 8 for r in rows)
 
 
 def test_a_captured_update_is_captured_again_after_load_state_dict() -> None:

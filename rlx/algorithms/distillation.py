@@ -190,7 +190,7 @@ class Distillation(Algorithm):
         """Regress the student on the teacher over the rollout the student collected.
 
         Returns:
-            ``losses/behavior`` (the mean loss over the minibatches; ``seed{i}/...`` per
+            ``losses/behavior`` (the mean loss over the minibatches; ``member{i}/...`` per
             member), ``monitors/lr`` and ``profiling/step_ms``.
         """
         self._check_buffered()

@@ -255,7 +255,7 @@ class PPO(Epochs, Algorithm):
 
     def _step_stats(self, stats: Stats, means: tuple, batch: Batch, kl_max: Tensor) -> None:
         """``step()``'s statistics by name into ``stats``, on the device (with S members:
-        ``seed{i}/...`` for each, and their mean under the plain name)."""
+        ``member{i}/...`` for each, and their mean under the plain name)."""
         add = self.members.stats(stats)
         for field, value in means._asdict().items():
             if field in LOSS_STATS:

@@ -8,6 +8,7 @@ import torch
 
 from rlx.core._sync import allowed_sync
 from rlx.env import OBS, REWARDS, TERMINATED, TRUNCATED
+from rlx.members.axis import member_key
 from rlx.policy import PolicyBase
 
 __all__ = ["evaluate_policy"]
@@ -28,7 +29,7 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
 
     With ``groups = S > 1`` (a policy of S seeds on ``S * B`` sub-envs, seed-major), each
     seed's B sub-envs play ``episodes`` episodes by the same rule, and each seed's
-    statistics come as ``seed{i}/eval/...`` beside their mean.
+    statistics come as ``member{i}/eval/...`` beside their mean.
 
     Returns:
         ``eval/return_mean``, ``eval/length_mean`` (NaN when no episode ended) and
@@ -83,6 +84,6 @@ def evaluate_policy(policy: PolicyBase, env: Any, *, episodes: int, max_steps: i
         "eval/episodes": count,
     }
     for i, (n, r, l) in enumerate(rows if groups > 1 else []):
-        out.update({f"seed{i}/eval/return_mean": r / n if n else math.nan,
-                    f"seed{i}/eval/length_mean": l / n if n else math.nan, f"seed{i}/eval/episodes": n})
+        out.update({member_key(i, "eval/return_mean"): r / n if n else math.nan,
+                    member_key(i, "eval/length_mean"): l / n if n else math.nan, member_key(i, "eval/episodes"): n})
     return out

@@ -107,7 +107,7 @@ class CommonConfig:
     #: S networks as one batched matmul per layer. Per seed: optimizer state, reward
     #: scaler, observation normalizer, advantage normalization, gradient clipping, KL
     #: early stop and adaptive LR, NPG's natural step and line search, NaN freeze and
-    #: statistics (``seed{i}/...``). Every algorithm, recurrent ones included (the
+    #: statistics (``member{i}/...``). Every algorithm, recurrent ones included (the
     #: default recurrent model stacks its LSTM/GRU cells: :mod:`rlx.members.stacked`).
     num_seeds: int = 1
     #: Hyperparameters that differ between the ``num_seeds`` members (a sweep or a

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from rlx.members.axis import Members, MemberStats
+from rlx.members.axis import Members, MemberStats, member_key, member_metric
 from rlx.members.ops import (
     clip_grad_norm_per_seed_,
     grad_norms_per_seed,
@@ -36,6 +36,8 @@ from rlx.members.stacked import (
 __all__ = [
     "Members",
     "MemberStats",
+    "member_key",
+    "member_metric",
     "STACKED_MODELS",
     "SeedAdam",
     "StackedLinear",

@@ -10,13 +10,15 @@ S = 1 is a population of one, and its answers are a single run's: 0-d statistics
 their plain names, state without a member dim (so its checkpoints are a single run's),
 torch's own optimizer kernels, and data-parallel reductions of one batch. With S > 1,
 rows are seed-major (member ``i`` owns rows ``i*n:(i+1)*n`` of every ``[S * n, ...]``
-tensor), per-member values are ``[S]``, and statistics come as ``seed{i}/name`` plus
-their mean under ``name``. Members share no parameter: nothing is averaged across them.
+tensor), per-member values are ``[S]``, and statistics come as ``member{i}/name``
+(:func:`member_key`) plus their mean under ``name``. Members share no parameter: nothing
+is averaged across them. Runs written before 2026-11-27 named them ``seed{i}/name``;
+:func:`member_metric` reads either.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -37,7 +39,22 @@ from rlx.members.ops import (
 from rlx.members.optim import SeedAdam, adam_step_, masked_step_, seed_optimizer, steps_functionally
 from rlx.members.stacked import seed_rows, stacked_model_cls
 
-__all__ = ["Members", "MemberStats"]
+__all__ = ["Members", "MemberStats", "member_key", "member_metric"]
+
+
+def member_key(i: int, name: str) -> str:
+    """The name of member ``i``'s statistic ``name``: ``member{i}/name``."""
+    return f"member{i}/{name}"
+
+
+def member_metric(metrics: Mapping[str, Any], i: int, name: str, default: Any = None) -> Any:
+    """Member ``i``'s ``name`` in a row of statistics: ``member{i}/name``, or in a run
+    written before 2026-11-27 (whose ``metrics.jsonl`` says ``seed{i}/name``) that;
+    ``default`` where neither is there."""
+    key = member_key(i, name)
+    if key in metrics:
+        return metrics[key]
+    return metrics.get(f"seed{i}/{name}", default)
 
 
 def _clear_grads(optimizer: torch.optim.Optimizer) -> None:
@@ -49,7 +66,7 @@ def _clear_grads(optimizer: torch.optim.Optimizer) -> None:
 
 class MemberStats:
     """Adds per-member statistics to a :class:`~rlx.core.stats.Stats`: with S > 1 an ``[S]``
-    value becomes ``seed{i}/name`` for each member and, under ``name``, their mean (their
+    value becomes ``member{i}/name`` for each member and, under ``name``, their mean (their
     max for a ``"max"`` statistic, their sum for a ``"sum"`` one); with S = 1 a 0-d value
     goes in under ``name``."""
 
@@ -61,7 +78,7 @@ class MemberStats:
             self.stats.add(name, value, op)
             return
         for i in range(self.size):
-            self.stats.add(f"seed{i}/{name}", value[i], op)
+            self.stats.add(member_key(i, name), value[i], op)
         across = {"max": value.max(), "min": value.min(), "sum": value.sum()}.get(op, value.mean())
         self.stats.add(name, across, op)
 
@@ -104,9 +121,9 @@ class Members:
 
     @property
     def prefixes(self) -> list[str]:
-        """The name prefix of each member's statistics: ``seed{i}/`` with S > 1; none for
+        """The name prefix of each member's statistics: ``member{i}/`` with S > 1; none for
         a single run, whose statistics carry their plain names."""
-        return [] if self.size == 1 else [f"seed{i}/" for i in range(self.size)]
+        return [] if self.size == 1 else [member_key(i, "") for i in range(self.size)]
 
     @property
     def compile_dynamic(self) -> bool | None:
@@ -355,24 +372,24 @@ class Members:
         """Each member's value of the statistic ``name`` in a transferred stats dict."""
         if self.size == 1:
             return [host[name]]
-        return [host[f"seed{i}/{name}"] for i in range(self.size)]
+        return [host[member_key(i, name)] for i in range(self.size)]
 
     def host_dict(self, name: str, values: Sequence[float]) -> dict[str, float]:
-        """``{"seed{i}/name": value}`` for S members; nothing for a single run (whose
+        """``{"member{i}/name": value}`` for S members; nothing for a single run (whose
         caller reports the plain name)."""
         if self.size == 1:
             return {}
-        return {f"seed{i}/{name}": v for i, v in enumerate(values)}
+        return {member_key(i, name): v for i, v in enumerate(values)}
 
     def add_activity(self, stats: Any) -> None:
-        """With S > 1: ``seed{i}/active`` (1 while member i updates, 0 once it diverged or
-        is done) and ``seeds/active``, their count."""
+        """With S > 1: ``member{i}/active`` (1 while member i updates, 0 once it diverged or
+        is done) and ``members/active``, their count."""
         if self.size == 1:
             return
         active = self.active()
         for i in range(self.size):
-            stats.add(f"seed{i}/active", active[i], "min")
-        stats.add("seeds/active", active.sum(), "sum")
+            stats.add(member_key(i, "active"), active[i], "min")
+        stats.add("members/active", active.sum(), "sum")
 
     def state_dict(self) -> dict[str, Any]:
         """Checkpoint entries: ``{"seeds": masks and LR factors}`` with S > 1, none for a

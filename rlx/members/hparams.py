@@ -234,7 +234,7 @@ class MemberValues:
         """Refresh what derives from the member values of ``name`` (subclasses)."""
 
     def hparam_stats(self) -> dict[str, float]:
-        """``seed{i}/hparams/{name}``: each member's value of each varied hyperparameter."""
+        """``member{i}/hparams/{name}``: each member's value of each varied hyperparameter."""
         out: dict[str, float] = {}
         for name in self.hparams.names:
             out.update(self.members.host_dict(f"hparams/{name}", self.member_values(name)))

@@ -33,6 +33,7 @@ from torch import Tensor
 from rlx.core import distributed as rdist
 from rlx.core._sync import allowed_sync
 from rlx.core.config_fields import ConfigError, settings_from_dict
+from rlx.members.axis import member_key
 
 if TYPE_CHECKING:
     from rlx.algorithms.base import Algorithm
@@ -91,7 +92,7 @@ class PBTConfig:
     members: int = 16
     #: Iterations between two rankings.
     every: int = 10
-    #: The metric ranked (higher is better), per member ``seed{i}/<metric>``.
+    #: The metric ranked (higher is better), per member ``member{i}/<metric>``.
     metric: str = "episodes/return_mean"
     #: The bottom and top share of the population (at least one member each).
     fraction: float = 0.25
@@ -229,7 +230,7 @@ class PBT:
     def observe(self, metrics: Mapping[str, float]) -> None:
         """Record each member's metric of one iteration (NaN: none this iteration)."""
         for i in range(self.algo.num_seeds):
-            value = metrics.get(f"seed{i}/{self.config.metric}", math.nan)
+            value = metrics.get(member_key(i, self.config.metric), math.nan)
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self._window[i].append(float(value))
 

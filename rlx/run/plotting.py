@@ -39,22 +39,24 @@ def read_metrics(run_dir: str | Path) -> list[dict[str, Any]]:
 
 
 def seed_runs(run_dirs: list[str | Path]) -> list[tuple[str, list[dict[str, Any]]]]:
-    """``(label, rows)`` per seed: one per run directory, and one per seed of a run that
-    trained ``num_seeds > 1`` agents at once (its ``seed{i}/...`` metrics, as a run of
-    its own with the shared ``env_steps``)."""
+    """``(label, rows)`` per seed: one per run directory, and one per member of a run that
+    trained ``num_seeds > 1`` agents at once (its ``member{i}/...`` metrics, or
+    ``seed{i}/...`` in runs written before 2026-11-27, as a run of its own with the
+    shared ``env_steps``)."""
     out = []
     for d in (Path(d) for d in run_dirs):
         rows = read_metrics(d)
-        count = len({k.split("/", 1)[0] for row in rows for k in row if k.startswith("seed") and "/" in k
-                     and k.split("/", 1)[0][4:].isdigit()})
-        if count < 2:
+        heads = {k.split("/", 1)[0] for row in rows for k in row if "/" in k}
+        word = next((w for w in ("member", "seed") if f"{w}1" in heads), None)
+        if word is None:  # one member: the run's own rows
             out.append((d.name, rows))
             continue
+        count = sum(1 for h in heads if h.startswith(word) and h[len(word):].isdigit())
         for i in range(count):
-            prefix = f"seed{i}/"
-            out.append((f"{d.name}/seed{i}", [{"env_steps": r.get("env_steps"),
-                                               **{k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix)}}
-                                              for r in rows]))
+            prefix = f"{word}{i}/"
+            out.append((f"{d.name}/member{i}", [{"env_steps": r.get("env_steps"),
+                                                 **{k[len(prefix):]: v for k, v in r.items() if k.startswith(prefix)}}
+                                                for r in rows]))
     return out
 
 
@@ -71,6 +73,13 @@ def _series(rows: list[dict[str, Any]], x_key: str, y_key: str) -> tuple[list[fl
             xs.append(x)
             ys.append(y)
     return xs, ys
+
+
+def _member_series(rows: list[dict[str, Any]], i: int, name: str) -> tuple[list[float], list[float]]:
+    """Member ``i``'s ``name`` against env steps (:func:`rlx.members.member_metric`: either naming)."""
+    from rlx.members.axis import member_metric
+
+    return _series([{"env_steps": r.get("env_steps"), name: member_metric(r, i, name)} for r in rows], "env_steps", name)
 
 
 def plot_run(run_dir: str | Path, out: str | Path | None = None) -> Path:

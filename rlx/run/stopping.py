@@ -14,6 +14,7 @@ import threading
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rlx.config.run import TrainerConfig
+from rlx.members.axis import member_key
 
 if TYPE_CHECKING:
     from rlx.run.trainer import Trainer
@@ -84,7 +85,7 @@ class MaxWallTime(_Stateless):
 class MetricThreshold(_Stateless):
     """Stop once ``metrics[key]`` is at least (``above=True``) or at most ``threshold``.
 
-    With ``num_seeds > 1`` and a per-seed metric (``seed{i}/key``), each seed that meets
+    With ``num_seeds > 1`` and a per-member metric (``member{i}/key``), each member that meets
     it is marked done and stops updating (:meth:`rlx.members.Members.mark_done`); the
     run stops once every seed is done.
     """
@@ -100,9 +101,9 @@ class MetricThreshold(_Stateless):
 
     def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
         op = ">=" if self.above else "<="
-        if f"seed0/{self.key}" in metrics:  # S members: each is done on its own
+        if member_key(0, self.key) in metrics:  # S members: each is done on its own
             members = trainer.algorithm.members
-            members.mark_done([i for i in range(members.size) if self._hit(metrics.get(f"seed{i}/{self.key}"))])
+            members.mark_done([i for i in range(members.size) if self._hit(metrics.get(member_key(i, self.key)))])
             return f"every seed reached {self.key} {op} {self.threshold:g}" if members.all_done() else None
         value = metrics.get(self.key)
         return f"{self.key} = {value:.4g} {op} {self.threshold:g}" if self._hit(value) else None
@@ -112,7 +113,7 @@ class MetricThreshold(_Stateless):
 class MetricPlateau:
     """Stop when ``metrics[key]`` has not risen by ``min_delta`` for ``patience`` reports.
 
-    With ``num_seeds > 1`` and a per-seed metric (``seed{i}/key``), each seed keeps its own
+    With ``num_seeds > 1`` and a per-member metric (``member{i}/key``), each member keeps its own
     best and count: a seed that plateaus is marked done and stops updating
     (:meth:`rlx.members.Members.mark_done`); the run stops once every seed is done.
     """
@@ -130,7 +131,7 @@ class MetricPlateau:
         return value > best + self.min_delta
 
     def __call__(self, trainer: Trainer, metrics: dict[str, float]) -> str | None:
-        if f"seed0/{self.key}" in metrics:  # S members: each plateaus on its own
+        if member_key(0, self.key) in metrics:  # S members: each plateaus on its own
             return self._per_seed(trainer.algorithm.members, metrics)
         value = metrics.get(self.key)
         if value is None or math.isnan(value):
@@ -149,7 +150,7 @@ class MetricPlateau:
             self.seed_best, self.seed_since_best = [-math.inf] * S, [0] * S
         plateaued = []
         for i in range(S):
-            value = metrics.get(f"seed{i}/{self.key}")
+            value = metrics.get(member_key(i, self.key))
             if value is None or math.isnan(value):
                 continue
             if self._improved(value, self.seed_best[i]):

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from rlx.core.config_fields import ConfigError
+from rlx.members.axis import member_metric
 from rlx.members.pbt import PBTConfig, initial_population, parse_space
 
 __all__ = [
@@ -171,8 +172,8 @@ def final_values(rows: list[dict[str, Any]], metric: str, members: int, tail: in
     values (NaN if it never reported one)."""
     out = []
     for i in range(members):
-        key = f"seed{i}/{metric}" if members > 1 else metric
-        seen = [r[key] for r in rows if isinstance(r.get(key), (int, float)) and math.isfinite(r[key])]
+        values = (member_metric(r, i, metric) if members > 1 else r.get(metric) for r in rows)
+        seen = [v for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
         out.append(sum(seen[-tail:]) / len(seen[-tail:]) if seen else math.nan)
     return out
 
@@ -225,10 +226,10 @@ def best_member(run_dir: str | Path, metric: str | None = None) -> tuple[int, fl
 
     rows = read_metrics(run_dir)
     sweep = read_sweep(run_dir)
-    members = len({k.split("/", 1)[0] for r in rows for k in r if re.match(r"seed\d+/", k)}) or 1
+    members = len({k.split("/", 1)[0] for r in rows for k in r if re.match(r"(member|seed)\d+/", k)}) or 1
     if metric is None:
-        metric = sweep["metric"] if sweep else ("eval/return_mean" if any("seed0/eval/return_mean" in r or
-                                                                          "eval/return_mean" in r for r in rows)
+        metric = sweep["metric"] if sweep else ("eval/return_mean" if any(
+            member_metric(r, 0, "eval/return_mean") is not None or "eval/return_mean" in r for r in rows)
                                                 else "episodes/return_mean")
     finals = final_values(rows, metric, members)
     if not any(math.isfinite(v) for v in finals):

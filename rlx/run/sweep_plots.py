@@ -15,7 +15,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from rlx.run.plotting import _series, read_metrics
+from rlx.run.plotting import _member_series, read_metrics
 from rlx.run.sweep import read_sweep, sweep_table
 
 __all__ = ["is_pbt_run", "is_sweep_run", "plot_pbt", "plot_sweep"]
@@ -82,7 +82,7 @@ def plot_sweep(run_dir: str | Path, out: str | Path | None = None, metric: str |
     ax = fig.add_subplot(1, len(keys) + 1, len(keys) + 1)
     for rank, r in enumerate(rows[:top], start=1):
         members = range(r["point"] * K, (r["point"] + 1) * K)
-        curves = [_series(metrics, "env_steps", f"seed{i}/{metric}") for i in members]
+        curves = [_member_series(metrics, i, metric) for i in members]
         curves = [c for c in curves if c[0]]
         if not curves:
             continue
@@ -117,7 +117,7 @@ def plot_pbt(run_dir: str | Path, out: str | Path | None = None, metric: str | N
     fig = _figure((6 * (1 + len(hparams)), 4.5))
     ax = fig.add_subplot(1, 1 + len(hparams), 1)
     for i in range(members):
-        xs, ys = _series(rows, "env_steps", f"seed{i}/{metric}")
+        xs, ys = _member_series(rows, i, metric)
         ax.plot(xs, ys, linewidth=0.8, alpha=0.6, color=f"C{i % 10}")
     if lineage:
         ax.scatter([e["env_steps"] for e in lineage], [e["source_score"] for e in lineage], marker="v", s=18,
@@ -131,7 +131,7 @@ def plot_pbt(run_dir: str | Path, out: str | Path | None = None, metric: str | N
         ax = fig.add_subplot(1, 1 + len(hparams), j + 2)
         values = []
         for i in range(members):
-            xs, ys = _series(rows, "env_steps", f"seed{i}/hparams/{name}")
+            xs, ys = _member_series(rows, i, f"hparams/{name}")
             values += ys
             ax.step(xs, ys, where="post", linewidth=0.8, alpha=0.7, color=f"C{i % 10}")
         events = [e for e in lineage if name in e["hparams"]]

@@ -70,7 +70,7 @@ def test_seeds_clip_each_members_networks_as_their_single_runs() -> None:
     many.collect()
     stats = many.step()
     assert all(torch.isfinite(p).all() for p in many.policy.parameters())
-    assert stats["seed0/active"] == 1.0 and stats["seed1/active"] == 1.0
+    assert stats["member0/active"] == 1.0 and stats["member1/active"] == 1.0
 
 
 def test_the_update_clips_per_network_as_with_the_optimizers_own_step() -> None:

@@ -120,7 +120,7 @@ def test_several_students_of_one_teacher(teacher_dir: Path) -> None:
         out = students.step()
         first = first or out
     for i in range(2):
-        assert out[f"seed{i}/losses/behavior"] < 0.3 * first[f"seed{i}/losses/behavior"]
+        assert out[f"member{i}/losses/behavior"] < 0.3 * first[f"member{i}/losses/behavior"]
 
 
 def test_bad_teachers_are_refused_by_name(teacher_dir: Path, tmp_path: Path) -> None:

@@ -196,7 +196,7 @@ def test_the_kl_early_stop_stops_where_the_optimizers_own_step_does(name: str) -
     stats = [_run(eager, False), _run(reference, True)]
     cfg = eager.config
     most = cfg.num_sgd_iters * (cfg.num_envs * cfg.horizon // cfg.sgd_minibatch_size)
-    prefixes = [f"seed{i}/" for i in range(cfg.num_seeds)] if cfg.num_seeds > 1 else [""]
+    prefixes = [f"member{i}/" for i in range(cfg.num_seeds)] if cfg.num_seeds > 1 else [""]
     steps = [stats[1][f"{p}monitors/optimizer_steps"] for p in prefixes]
     assert steps == [stats[0][f"{p}monitors/optimizer_steps"] for p in prefixes]
     assert min(steps) < most

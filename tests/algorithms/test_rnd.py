@@ -95,7 +95,7 @@ def test_each_member_has_its_own_predictor_and_target() -> None:
     for _ in range(3):
         algo.collect()
         stats = algo.step()
-    assert stats["seed0/losses/rnd"] != stats["seed1/losses/rnd"]
+    assert stats["member0/losses/rnd"] != stats["member1/losses/rnd"]
     rnd = algo.rnd
     obs = algo.buffer.get("obs")[:, 1 : algo.horizon + 1].reshape(-1, 4)  # seed-major: member 0's rows first
     with torch.no_grad():

@@ -96,9 +96,9 @@ def test_each_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: dict
     steps = []
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "monitors/kl_div", "monitors/clip_fraction"):
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
+            assert math.isclose(out[f"member{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
         if "target_kl_div" in extra:
-            assert out[f"seed{i}/monitors/optimizer_steps"] == one["monitors/optimizer_steps"]
+            assert out[f"member{i}/monitors/optimizer_steps"] == one["monitors/optimizer_steps"]
             steps.append(one["monitors/optimizer_steps"])
     if steps:  # each seed stopped at its own point (4 epochs of 3 minibatches: 12 steps at most)
         assert len(set(steps)) > 1 and min(steps) < 12
@@ -110,7 +110,7 @@ def test_each_a2c_seed_updates_as_a_single_seed_run_on_its_rows(extra: dict) -> 
     out, ones = _side_by_side(A2CConfig, Pendulum, extra)
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "losses/entropy"):
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
+            assert math.isclose(out[f"member{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
 
 
 def test_the_kl_adaptive_lr_moves_each_seeds_lr_on_its_own_kl() -> None:
@@ -127,7 +127,7 @@ def test_the_kl_adaptive_lr_moves_each_seeds_lr_on_its_own_kl() -> None:
         out = multi.step()
         for i, single in enumerate(singles):
             one = single.step()
-            assert out[f"seed{i}/monitors/lr"] == pytest.approx(one["monitors/lr"], rel=1e-9)
+            assert out[f"member{i}/monitors/lr"] == pytest.approx(one["monitors/lr"], rel=1e-9)
             assert multi.lr * multi.members.lr_factors()[i] == pytest.approx(single.lr, rel=1e-9)
             lrs.add(round(single.lr, 12))
             for a, b in zip(multi.policy.model.unstack(i).parameters(), single.policy.model.parameters()):
@@ -159,12 +159,12 @@ def test_a_diverged_seed_is_frozen_and_the_others_update_as_without_it() -> None
     and is marked inactive for good; seeds 1 and 2 update exactly as in a clean run."""
     clean_stats, poisoned, stats = _poison_seed_zero(lambda: AlgorithmConfig(**_config(num_seeds=3, sgd_minibatch_size=32)
                                                                         ).build(CartPole), row=1)
-    assert stats["seed0/active"] == 0.0 and stats["seed1/active"] == 1.0 and stats["seeds/active"] == 2.0
-    assert clean_stats["seeds/active"] == 3.0
+    assert stats["member0/active"] == 0.0 and stats["member1/active"] == 1.0 and stats["members/active"] == 2.0
+    assert clean_stats["members/active"] == 3.0
     assert all(math.isfinite(p.detach().sum().item()) for p in poisoned.policy.model.parameters())
     poisoned.collect()  # the frozen seed still acts (finite parameters), and stays frozen
     frozen = [p.detach()[0].clone() for p in poisoned.policy.model.parameters()]
-    assert poisoned.step()["seed0/active"] == 0.0
+    assert poisoned.step()["member0/active"] == 0.0
     for p, f in zip(poisoned.policy.model.parameters(), frozen):
         assert torch.equal(p.detach()[0], f)
 
@@ -186,7 +186,7 @@ def test_seeds_share_nothing_in_the_normalizers_and_report_their_own_episodes() 
     assert scaler.stats.mean.shape == (S,)
     rewards = algo.buffer.get("rewards")[:, :T, 0]
     assert not torch.equal(scaler.stats.mean[0], scaler.stats.mean[1])  # each seed's returns, not the pool
-    assert set(k for k in stats if k.startswith("seed")) >= {f"seed{i}/episodes/{n}" for i in range(S)
+    assert set(k for k in stats if k.startswith("member")) >= {f"member{i}/episodes/{n}" for i in range(S)
                                                             for n in ("count", "return_mean", "length_mean")}
     assert rewards.shape == (S * B, T)
     assert algo.env.num_envs == S * B
@@ -252,20 +252,20 @@ def test_each_npg_seed_updates_as_a_single_seed_run_on_its_rows(env_cls, extra: 
         for key in ("losses/policy", "losses/vf", "monitors/kl_div", "npg/step_size", "npg/surrogate_gain"):
             # float32 statistics of equal float64 values: at most one float32 ulp apart (the
             # critic's loss, a float32 mean of 128 rows: n·2^-24 ≈ 7.6e-6 at most)
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-5 if key == "losses/vf" else 2**-22), key
-        assert out[f"seed{i}/npg/line_search_backtracks"] == one["npg/line_search_backtracks"]
+            assert math.isclose(out[f"member{i}/{key}"], one[key], rel_tol=1e-5 if key == "losses/vf" else 2**-22), key
+        assert out[f"member{i}/npg/line_search_backtracks"] == one["npg/line_search_backtracks"]
     if extra.get("line_search"):  # each seed backtracked to its own KL
         backtracks = {one["npg/line_search_backtracks"] for one in ones}
         assert len(backtracks) > 1 and max(backtracks) > 0, backtracks
         for i, one in enumerate(ones):
-            assert out[f"seed{i}/monitors/kl_div"] <= 0.002 * 1.5  # the bound (on the whole batch here)
+            assert out[f"member{i}/monitors/kl_div"] <= 0.002 * 1.5  # the bound (on the whole batch here)
 
 
 def test_a_diverged_npg_seed_is_frozen_and_the_others_update_as_without_it() -> None:
     _, _, stats = _poison_seed_zero(lambda: NPGConfig(**_config(num_seeds=3, line_search=True, critic_minibatch_size=32)
                                                       ).build(Pendulum), row=2)
-    assert stats["seed0/active"] == 0.0 and stats["seeds/active"] == 2.0
-    assert stats["seed0/npg/step_size"] == 0.0 and stats["seed1/npg/step_size"] > 0.0
+    assert stats["member0/active"] == 0.0 and stats["members/active"] == 2.0
+    assert stats["member0/npg/step_size"] == 0.0 and stats["member1/npg/step_size"] > 0.0
 
 
 def test_compiled_seeds_act_and_update_as_eager_seeds() -> None:
@@ -299,7 +299,7 @@ def test_compiled_seeds_act_and_update_as_eager_seeds() -> None:
     for a, b in zip(eager.policy.model.parameters(), compiled.policy.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
     for i in range(3):
-        assert stats[1][f"seed{i}/losses/policy"] == pytest.approx(stats[0][f"seed{i}/losses/policy"], rel=1e-4, abs=1e-7)
+        assert stats[1][f"member{i}/losses/policy"] == pytest.approx(stats[0][f"member{i}/losses/policy"], rel=1e-4, abs=1e-7)
 
 
 # -- recurrent PPO and A2C ----------------------------------------------------------------
@@ -327,7 +327,7 @@ def test_each_recurrent_seed_updates_as_a_single_seed_run_on_its_sequences(confi
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "monitors/kl_div"):
             if key in one:
-                assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
+                assert math.isclose(out[f"member{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
 
 
 def _amp_seed_runs(config_cls, extra: dict, perturb: int | None = None) -> tuple[list, list, list, list]:
@@ -378,7 +378,7 @@ def test_amp_seeds_update_as_single_seed_amp_runs(config_cls, extra: dict) -> No
         bf16_effect = _max_diff(amp_params[i], float_params[i])
         assert bf16_effect > 0  # autocast ran
         assert _max_diff(params[i], amp_params[i]) <= 2 * bf16_effect + 1e-6, i
-        assert math.isclose(out[f"seed{i}/losses/vf"], ones[i]["losses/vf"], rel_tol=2e-2), i
+        assert math.isclose(out[f"member{i}/losses/vf"], ones[i]["losses/vf"], rel_tol=2e-2), i
     perturbed = _amp_seed_runs(config_cls, extra, perturb=1)[0]
     assert _max_diff(perturbed[1], params[1]) > 1e-4
     for i in (0, 2):
@@ -416,11 +416,11 @@ def test_seeds_with_the_tensor_lr_of_cudagraphs_update_as_with_a_float_lr(optimi
     assert all(isinstance(g["lr"], torch.Tensor) for g in tensor.optimizer.param_groups)
     for a, b in zip(plain.policy.model.parameters(), tensor.policy.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
-    steps = {s[f"seed{i}/monitors/optimizer_steps"] for s in plain_stats for i in range(3)}
+    steps = {s[f"member{i}/monitors/optimizer_steps"] for s in plain_stats for i in range(3)}
     assert min(steps) < 4 * 5  # the early stop cut some seed's update (5 minibatches, 4 epochs)
     for p, t in zip(plain_stats, tensor_stats):
         for i in range(3):
-            assert t[f"seed{i}/monitors/optimizer_steps"] == p[f"seed{i}/monitors/optimizer_steps"]
+            assert t[f"member{i}/monitors/optimizer_steps"] == p[f"member{i}/monitors/optimizer_steps"]
         assert t["monitors/lr"] == pytest.approx(p["monitors/lr"], rel=1e-6)
 
 
@@ -439,7 +439,7 @@ def test_a_kl_stopped_seeds_adam_state_is_its_single_seed_runs() -> None:
         for i, single in enumerate(singles):
             one = single.step()
             epochs.add(one["monitors/sgd_epochs"])
-            assert out[f"seed{i}/monitors/optimizer_steps"] == one["monitors/optimizer_steps"]
+            assert out[f"member{i}/monitors/optimizer_steps"] == one["monitors/optimizer_steps"]
             mine = [multi.optimizer.state[p] for p in multi.policy.model.parameters()]
             theirs = [single.optimizer.state[p] for p in single.policy.model.parameters()]
             for a, b in zip(mine, theirs):
@@ -462,8 +462,8 @@ def test_a_done_seed_does_not_hold_the_kl_early_stop_open() -> None:
     algo.collect()
     before = [p.detach()[0].clone() for p in algo.policy.model.parameters()]
     out = algo.step()
-    assert out["seed0/active"] == 0.0 and out["seed0/monitors/optimizer_steps"] == 0.0
+    assert out["member0/active"] == 0.0 and out["member0/monitors/optimizer_steps"] == 0.0
     assert out["monitors/sgd_epochs"] < 8  # seed 1's stop ended the update
-    assert out["monitors/sgd_epochs"] == math.ceil(out["seed1/monitors/optimizer_steps"] / 3)  # 3 minibatches an epoch
+    assert out["monitors/sgd_epochs"] == math.ceil(out["member1/monitors/optimizer_steps"] / 3)  # 3 minibatches an epoch
     for p, b in zip(algo.policy.model.parameters(), before):
         assert torch.equal(p.detach()[0], b)

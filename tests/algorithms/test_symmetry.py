@@ -189,7 +189,7 @@ def test_each_members_mirror_loss_is_its_own() -> None:
     for _ in range(3):
         algo.collect()
         stats = algo.step()
-    assert stats["seed0/losses/mirror"] != stats["seed1/losses/mirror"]
+    assert stats["member0/losses/mirror"] != stats["member1/losses/mirror"]
 
 
 def test_with_members_each_members_twins_follow_its_own_rows() -> None:

@@ -115,18 +115,18 @@ def test_each_ppo_member_updates_as_a_single_run_with_its_hyperparameters(case: 
                                               atol=ATOL.get(case, 1e-6), float64=True, algos=True)
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "losses/entropy", "monitors/kl_div", "monitors/clip_fraction"):
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), (key, i)
+            assert math.isclose(out[f"member{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), (key, i)
         for name, values in hparams.items():
             if not (name == "lr" and extra.get("kl_adaptive_lr")):  # an adapted LR moves
-                assert out[f"seed{i}/hparams/{name}"] == pytest.approx(values[i])
+                assert out[f"member{i}/hparams/{name}"] == pytest.approx(values[i])
     if case == "adaptive-lr-per-minibatch":  # each member's LR moved by its own rule, on the host too
         for i, (one, single) in enumerate(zip(ones, singles)):
-            assert out[f"seed{i}/monitors/lr"] == pytest.approx(one["monitors/lr"], rel=1e-6)
+            assert out[f"member{i}/monitors/lr"] == pytest.approx(one["monitors/lr"], rel=1e-6)
             assert multi.members.learning_rates(multi.lr)[i] == pytest.approx(single.lr, rel=1e-6)
         assert len({round(one["monitors/lr"], 9) for one in ones}) == S
     if case in ("kl-early-stop-targets", "accumulate-grads"):  # each member stopped at its own target
         steps = [one["monitors/optimizer_steps"] for one in ones]
-        assert [out[f"seed{i}/monitors/optimizer_steps"] for i in range(S)] == steps
+        assert [out[f"member{i}/monitors/optimizer_steps"] for i in range(S)] == steps
         assert steps[0] < steps[-1], steps
 
 
@@ -168,7 +168,7 @@ def test_each_a2c_member_updates_as_a_single_run_with_its_hyperparameters() -> N
     out, ones = _side_by_side(A2CConfig, Pendulum, {"sgd_minibatch_size": 64, "shuffle_minibatches": False}, hparams)
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "losses/entropy"):
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
+            assert math.isclose(out[f"member{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
 
 
 def test_each_recurrent_member_updates_as_a_single_run_with_its_hyperparameters() -> None:
@@ -178,7 +178,7 @@ def test_each_recurrent_member_updates_as_a_single_run_with_its_hyperparameters(
     out, ones = _side_by_side(RecurrentAlgorithmConfig, CartPoleNoVelocity, extra, hparams)
     for i, one in enumerate(ones):
         for key in ("losses/policy", "losses/vf", "monitors/kl_div"):
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
+            assert math.isclose(out[f"member{i}/{key}"], one[key], rel_tol=1e-4, abs_tol=1e-6), key
 
 
 # The natural step compared in float64, with conjugate gradient run to convergence. Ten
@@ -208,10 +208,10 @@ def test_each_npg_member_updates_as_a_single_run_with_its_hyperparameters(line_s
             # the statistics leave the device as float32: equal float64 values round alike
             # but for one float32 ulp (2^-23 relative) where they straddle a rounding edge;
             # the critic's loss is a float32 mean of 128 rows (n·2^-24 ≈ 7.6e-6 apart at most)
-            assert math.isclose(out[f"seed{i}/{key}"], one[key], rel_tol=1e-5 if key == "losses/vf" else 2**-22), key
+            assert math.isclose(out[f"member{i}/{key}"], one[key], rel_tol=1e-5 if key == "losses/vf" else 2**-22), key
     if line_search:  # each member within its own trust region
         for i in range(S):
-            assert out[f"seed{i}/monitors/kl_div"] <= hparams["max_kl"][i] * 1.5
+            assert out[f"member{i}/monitors/kl_div"] <= hparams["max_kl"][i] * 1.5
 
 
 def test_an_entropy_schedule_scales_each_members_coefficient() -> None:

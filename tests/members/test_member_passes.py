@@ -68,7 +68,7 @@ def test_a_cut_update_of_two_members_equals_the_whole_pass_one(micro: int) -> No
     assert any(not torch.equal(a, b) for a, b in zip(whole_params, _params(AlgorithmConfig(**common).build(CartPole))))
     for a, b in zip(whole_params, cut_params):
         assert_close(b, a, rtol=1e-12, atol=1e-12)
-    assert cut.keys() == whole.keys() and "seed1/monitors/kl_div" in cut
+    assert cut.keys() == whole.keys() and "member1/monitors/kl_div" in cut
     for key in whole:  # float32 statistics of float64 sums
         assert cut[key] == pytest.approx(whole[key], rel=2**-21, abs=1e-12), key
 

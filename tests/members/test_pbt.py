@@ -85,12 +85,12 @@ def test_a_ranking_copies_the_bottom_from_the_top_and_perturbs_what_it_explores(
     pbt = PBT(algo, PBTConfig(members=4, every=2, hparams=["lr", "entropy_coeff"], seed=1), tmp_path)
     algo.collect()
     algo.step()
-    scores = {"seed0/episodes/return_mean": 5.0, "seed1/episodes/return_mean": 50.0,
-              "seed2/episodes/return_mean": 20.0, "seed3/episodes/return_mean": 30.0}
+    scores = {"member0/episodes/return_mean": 5.0, "member1/episodes/return_mean": 50.0,
+              "member2/episodes/return_mean": 20.0, "member3/episodes/return_mean": 30.0}
     assert pbt.step(1, scores) == {}  # not a ranking iteration
     lrs, entropies = algo.member_values("lr"), algo.member_values("entropy_coeff")
     before = [_member(algo, i) for i in range(4)]
-    out = pbt.step(2, {**scores, "seed1/episodes/return_mean": math.nan})  # a NaN: its window keeps 50
+    out = pbt.step(2, {**scores, "member1/episodes/return_mean": math.nan})  # a NaN: its window keeps 50
     assert out == {"pbt/copies": 1.0}
     (event,) = pbt.lineage
     assert (event["member"], event["source"], event["score"], event["source_score"]) == (0, 1, 5.0, 50.0)
@@ -109,7 +109,7 @@ def test_a_diverged_member_ranks_last_and_is_revived_by_a_copy() -> None:
     algo = _algo()
     algo.members.alive[2] = False
     pbt = PBT(algo, PBTConfig(members=4, every=1, seed=0))
-    metrics = {f"seed{i}/episodes/return_mean": float(10 * i) for i in range(4)}  # member 2 "scores" 20, but is dead
+    metrics = {f"member{i}/episodes/return_mean": float(10 * i) for i in range(4)}  # member 2 "scores" 20, but is dead
     pbt.step(1, metrics)
     assert pbt.lineage[0]["member"] == 2 and pbt.lineage[0]["source"] == 3
     assert bool(algo.members.alive[2])
@@ -137,7 +137,7 @@ def test_pbt_in_the_trainer_resumes_exactly(tmp_path) -> None:
     assert lines == whole.pbt.lineage
     rows = [json.loads(x) for x in (tmp_path / "b" / "metrics.jsonl").read_text().splitlines()]
     assert [r["iteration"] for r in rows] == [1, 2, 3, 4, 5, 6]
-    assert rows[1]["pbt/copies"] >= 1 and "seed0/hparams/clip_param" in rows[-1]
+    assert rows[1]["pbt/copies"] >= 1 and "member0/hparams/clip_param" in rows[-1]
 
 
 def test_bad_pbt_settings_are_refused_by_name() -> None:

@@ -35,12 +35,12 @@ def test_eight_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsys) 
     rows = _rows(run_dir)
     assert rows[-1]["env_steps"] < 300_000
     for i in range(8):
-        lengths = [r[f"seed{i}/episodes/length_mean"] for r in rows if r.get(f"seed{i}/episodes/length_mean") is not None]
+        lengths = [r[f"member{i}/episodes/length_mean"] for r in rows if r.get(f"member{i}/episodes/length_mean") is not None]
         assert max(lengths) >= 475, i
     # Seeds that got there first stopped updating while the others went on (the last
     # row's step ran before its seeds were judged done).
-    assert rows[-1]["seeds/active"] < 8 or min(r["seeds/active"] for r in rows) < 8
-    assert any(r["seeds/active"] < 8 for r in rows[:-1]) or len(rows) == 1
+    assert rows[-1]["members/active"] < 8 or min(r["members/active"] for r in rows) < 8
+    assert any(r["members/active"] < 8 for r in rows[:-1]) or len(rows) == 1
     state = torch.load(latest_checkpoint(run_dir), weights_only=True)
     assert state["algorithm"]["seeds"]["done"].all()
 
@@ -74,7 +74,7 @@ def test_four_npg_seeds_of_the_shipped_cartpole_config_all_solve(tmp_path, capsy
     assert "stopped: every seed reached episodes/length_mean >= 475" in capsys.readouterr().out
     rows = _rows(run_dir)
     assert rows[-1]["env_steps"] < 300_000
-    assert all(f"seed{i}/npg/step_size" in rows[0] for i in range(4))
+    assert all(f"member{i}/npg/step_size" in rows[0] for i in range(4))
     assert main(["eval", str(run_dir), "--seed", "2", "--episodes", "4", "--num-envs", "4"]) == 0
     # The seed comes back as a trained agent (a random policy returns about 22). Where the
     # run stops (its stochastic policy at a mean length of 475), the deterministic one's
@@ -120,7 +120,7 @@ def test_done_seeds_stay_done_across_a_resume(tmp_path) -> None:
     algo.collect()
     frozen = [p.detach()[1].clone() for p in algo.policy.model.parameters()]
     stats = algo.step()
-    assert stats["seed1/active"] == 0.0 and stats["seed0/active"] == 1.0
+    assert stats["member1/active"] == 0.0 and stats["member0/active"] == 1.0
     for p, f in zip(algo.policy.model.parameters(), frozen):
         assert torch.equal(p.detach()[1], f)
     resumed = build()
@@ -142,9 +142,9 @@ def test_evaluation_reports_each_seed_on_its_own_sub_envs() -> None:
         head.bias[1, 0] = torch.tensor([10.0, -10.0])
     env = CartPole(2 * 16, None, device="cpu")
     stats = evaluate_policy(algo.policy, env, episodes=64, max_steps=2000, deterministic=False, groups=2)
-    assert stats["seed0/eval/episodes"] == 64 == stats["seed1/eval/episodes"] and stats["eval/episodes"] == 128
-    assert stats["seed1/eval/length_mean"] < 12 < 16 < stats["seed0/eval/length_mean"]
-    assert stats["eval/length_mean"] == pytest.approx((stats["seed0/eval/length_mean"] + stats["seed1/eval/length_mean"]) / 2)
+    assert stats["member0/eval/episodes"] == 64 == stats["member1/eval/episodes"] and stats["eval/episodes"] == 128
+    assert stats["member1/eval/length_mean"] < 12 < 16 < stats["member0/eval/length_mean"]
+    assert stats["eval/length_mean"] == pytest.approx((stats["member0/eval/length_mean"] + stats["member1/eval/length_mean"]) / 2)
 
 
 def test_a_multi_seed_run_evaluates_every_seed_and_stops_each_on_its_eval() -> None:
@@ -152,5 +152,5 @@ def test_a_multi_seed_run_evaluates_every_seed_and_stops_each_on_its_eval() -> N
     trainer = Trainer(algo, TrainerConfig(max_iterations=3, eval_every=1, eval_episodes=4, eval_num_envs=4,
                                           stop_at={"eval/return_mean": 1.0}))
     metrics = trainer.run()
-    assert {"seed0/eval/return_mean", "seed1/eval/return_mean"} <= metrics.keys()
+    assert {"member0/eval/return_mean", "member1/eval/return_mean"} <= metrics.keys()
     assert trainer.stop_reason == "every seed reached eval/return_mean >= 1" and trainer.iteration == 1

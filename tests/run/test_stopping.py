@@ -29,7 +29,7 @@ def test_a_plateau_stops_each_seed_on_its_own_curve_and_the_run_when_all_have() 
     curves = [(1.0, 1.0, 1.0), (2.0, 0.5, 2.0), (3.0, 0.7, 2.5), (3.0, 0.9, 2.4), (2.9, 5.0, 2.4)]
     reasons = []
     for values in curves:
-        metrics = {"score": sum(values) / 3, **{f"seed{i}/score": v for i, v in enumerate(values)}}
+        metrics = {"score": sum(values) / 3, **{f"member{i}/score": v for i, v in enumerate(values)}}
         reasons.append(plateau(trainer, metrics))
         if len(reasons) == 3:
             assert seeds.done.tolist() == [False, True, False]  # seed 1: no rise for 2 reports

@@ -44,8 +44,8 @@ def test_a_grid_sweep_trains_every_point_and_seed_in_one_process_and_ranks_them(
     assert sweep["members"][5] == {"member": 5, "point": 2, "seed": 1, "lr": 0.01, "entropy_coeff": 0.0}
     last = _rows(run_dir)[-1]
     for m in sweep["members"]:  # each member trained with its point's values
-        assert last[f"seed{m['member']}/hparams/lr"] == pytest.approx(m["lr"])
-        assert last[f"seed{m['member']}/hparams/entropy_coeff"] == pytest.approx(m["entropy_coeff"])
+        assert last[f"member{m['member']}/hparams/lr"] == pytest.approx(m["lr"])
+        assert last[f"member{m['member']}/hparams/entropy_coeff"] == pytest.approx(m["entropy_coeff"])
     table = (run_dir / "sweep.md").read_text().splitlines()
     assert table[0].startswith("| rank | lr | entropy_coeff | episodes/return_mean IQM [95% CI] over 2 seed(s)")
     assert len(table) == 2 + 4 and table[2].startswith("| 1 |")
