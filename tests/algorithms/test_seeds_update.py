@@ -295,7 +295,9 @@ def test_compiled_seeds_act_and_update_as_eager_seeds() -> None:
     for algo in (eager, compiled):
         torch.manual_seed(5)  # the same shuffles
         stats.append(algo.step())
-    assert compiled.loss_fn is not compiled.losses
+    # The compiled path ran: SGD compiles the forward pass and losses (a bound method is never
+    # `is` another, so the program is told by dynamo's mark).
+    assert compiled.compile_fallback is not None and hasattr(compiled.loss_fn, "_torchdynamo_orig_callable")
     for a, b in zip(eager.policy.model.parameters(), compiled.policy.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-9, atol=1e-10)
     for i in range(3):
