@@ -11,10 +11,11 @@ a part whose limit no longer fits is skipped by name. The parts, in priority ord
 1. ``gpu_tests``: ``pytest -m gpu tests/`` (the tests that need CUDA), pass/fail counts
    and the failures' names.
 2. ``vs_jax``: :func:`vs_jax.run` at B = 4096, 65536 and 262144, 4 minibatches, rlx
-   ``eager``, ``cudagraphs`` and ``compile+cudagraphs`` against the whole-program JAX
-   PPO timed warm (called once, then timed); rlx alone when JAX is not installed.
+   ``eager``, ``cudagraphs``, ``compile+cudagraphs`` and ``cudagraphs-step`` (step()'s
+   whole device work one graph, ``cudagraphs_scope="step"``) against the whole-program
+   JAX PPO timed warm (called once, then timed); rlx alone when JAX is not installed.
 3. ``profile``: one ``collect()`` and one ``step()`` profiled at B = 4096 and 65536 in
-   the fastest mode (``compile+cudagraphs``): wall ms, GPU-busy ms, kernel count and the
+   the fastest modes (``compile+cudagraphs`` and ``cudagraphs-step``): wall ms, GPU-busy ms, kernel count and the
    10 costliest kernels of each phase.
 4. ``members``: 64 members x 1024 envs against one member of 1024 envs and one run of
    65536 envs (``cudagraphs``, 4 minibatches), env steps/s.
@@ -48,7 +49,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 #: Each part's time limit (seconds) on a GPU, and on the CPU with ``--dry-run``.
-LIMITS = {"gpu_tests": (150, 60), "vs_jax": (150, 90), "profile": (60, 60), "members": (45, 60), "npg": (40, 60),
+LIMITS = {"gpu_tests": (150, 60), "vs_jax": (150, 90), "profile": (90, 60), "members": (45, 60), "npg": (40, 60),
           "rsl_rl": (60, 60)}
 #: The files written to ``--out``.
 FILES = ("summary.md", "results.jsonl", "gpu_tests.log", "parts.log")
@@ -99,7 +100,8 @@ def part_vs_jax(dry_run: bool, out: Path) -> None:
     except ImportError:
         jax_side = False
     device = _device(dry_run)
-    sizes, modes = ([64], ["eager"]) if dry_run else ([4096, 65536, 262144], ["eager", "cudagraphs", "compile+cudagraphs"])
+    sizes, modes = ([64], ["eager"]) if dry_run else ([4096, 65536, 262144],
+                                                      ["eager", "cudagraphs", "compile+cudagraphs", "cudagraphs-step"])
     for B in sizes:  # one size at a time: a size that fails leaves the others' rows
         for row in vs_jax.run(device, [B], [4], modes, iterations=2 if dry_run else 0, rounds=1, jax_side=jax_side):
             _emit({"part": "vs_jax", **row, "jax": "warm" if jax_side else "not installed"})
@@ -109,7 +111,8 @@ def _algo(B: int, device: str, mode: str, num_seeds: int = 1):
     from ppo_settings import PPOSettings
 
     return PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config(
-        device, compile="compile" in mode, cudagraphs="cudagraphs" in mode, num_seeds=num_seeds)
+        device, compile="compile" in mode, cudagraphs="cudagraphs" in mode, num_seeds=num_seeds,
+        cudagraphs_scope="step" if mode.endswith("-step") else "minibatch")
 
 
 def _profile_phase(fn, device: str) -> dict:
@@ -138,8 +141,8 @@ def part_profile(dry_run: bool, out: Path) -> None:
     from rlx.envs import CartPole
 
     device = _device(dry_run)
-    mode = "eager" if dry_run else "compile+cudagraphs"
-    for B in [64] if dry_run else [4096, 65536]:
+    for B, mode in [(64, "eager")] if dry_run else [(B, m) for B in (4096, 65536)
+                                                   for m in ("compile+cudagraphs", "cudagraphs-step")]:
         algo = _algo(B, device, mode).build(CartPole)
         for _ in range(4):  # compile, the graphs' warm-ups and captures
             algo.collect()

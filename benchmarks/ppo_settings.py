@@ -26,7 +26,7 @@ class PPOSettings:
     hidden: int = 64
 
     def rlx_config(self, device: str, *, seed: int = 0, compile: bool = False, cudagraphs: bool = False,
-                   amp: bool = False, num_seeds: int = 1):
+                   amp: bool = False, num_seeds: int = 1, cudagraphs_scope: str = "minibatch"):
         """rlx's ``AlgorithmConfig`` doing this work (64x64 tanh, no value clip)."""
         from rlx import AlgorithmConfig
 
@@ -36,4 +36,5 @@ class PPOSettings:
             gamma=self.gamma, gae_lambda=self.gae_lambda, clip_param=self.clip, vf_clip_param=None,
             vf_coeff=self.vf_coeff, entropy_coeff=self.entropy_coeff, max_grad_norm=self.max_grad_norm,
             model_config={"hiddens": [self.hidden, self.hidden], "activation_fn": "tanh"}, device=device, seed=seed,
-            compile=compile, cudagraphs=cudagraphs, enable_amp=amp, num_seeds=num_seeds)
+            compile=compile, cudagraphs=cudagraphs, cudagraphs_scope=cudagraphs_scope, enable_amp=amp,
+            num_seeds=num_seeds)

@@ -443,3 +443,44 @@ def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone(extra: d
     assert graphed_stats["losses/total"] == pytest.approx(plain_stats["losses/total"], rel=1e-4, abs=1e-6)
     for stats in _run_without_syncs(both):
         assert all(isinstance(v, float) for v in stats.values())
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"target_kl_div": 0.002, "normalize_obs": True, "lr_schedule": [(0, 1e-3), (100_000, 1e-4)]},
+    {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}, "target_kl_div": 0.01},
+    {"compile": True},
+], ids=["one", "kl_stop_schedule", "members", "compiled"])
+def test_the_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> None:
+    """``cudagraphs_scope="step"``: one graph holds all of step()'s device work (GAE, the
+    epochs' orders and gathers, the minibatch updates with the KL early stop's gating,
+    the statistics). Replayed, it moves the parameters and reports the statistics that
+    the same step run without graphs does on the same rollout and random numbers; it
+    runs without a host sync; a load captures it again."""
+    config = dict(num_envs=256, horizon=16, device="cuda", seed=0, sgd_minibatch_size=1024, **extra)
+    whole = AlgorithmConfig(**config, cudagraphs=True, cudagraphs_scope="step").build(CartPole)
+    assert whole.graphs_whole_step and not hasattr(whole.update, "captured")  # no graph per minibatch
+    for _ in range(5):  # 3 warm-ups, the capture, a replay
+        whole.collect()
+        whole.step()
+    assert whole.run_update_phase.captured
+    plain = AlgorithmConfig(**config, cudagraphs=False).build(CartPole)
+    whole.collect()
+    plain.load_state_dict(whole.state_dict())  # after the collect: see the capture test above
+    plain.buffer.update_(whole.buffer)
+    plain._buffered = True
+    rng = torch.get_rng_state(), torch.cuda.get_rng_state()
+    graphed_stats = whole.step()
+    torch.set_rng_state(rng[0])
+    torch.cuda.set_rng_state(rng[1])
+    plain_stats = plain.step()
+    for a, b in zip(plain.policy.parameters(), whole.policy.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    for key in ("losses/total", "monitors/kl_div", "monitors/clip_fraction"):
+        assert graphed_stats[key] == pytest.approx(plain_stats[key], rel=1e-4, abs=1e-6), key
+    if "target_kl_div" in extra:
+        assert graphed_stats["monitors/optimizer_steps"] == plain_stats["monitors/optimizer_steps"]
+    for stats in _run_without_syncs(whole):
+        assert all(isinstance(v, float) for v in stats.values())
+    whole.load_state_dict(plain.state_dict())
+    assert not whole.run_update_phase.captured  # the optimizer state it read was replaced

@@ -34,7 +34,7 @@ from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.core.compiling import CompiledCall, compiled
 from rlx.members.optim import adam_state, steps_functionally
-from rlx.core.cuda_graphs import GraphedBatchCall
+from rlx.core.cuda_graphs import GraphedBatchCall, GraphedCall
 from rlx.env import OBS, TERMINATED, TRUNCATED
 from rlx.policy import EvalOutput, flatten_time
 from rlx.core.schedulers import Schedule
@@ -132,6 +132,9 @@ class PPO(Epochs, Algorithm):
             self.loss_fn = compiled(self.losses, device=self.device, dynamic=self.members.compile_dynamic)
         self.compiled_update = CompiledCall(self.minibatch_update, device=self.device) if whole else None
         self.update = self._wrapped_update()
+        #: What step() runs on the device: :meth:`update_phase`, through one CUDA graph
+        #: with ``cudagraphs_scope="step"``.
+        self.run_update_phase = self._wrapped_phase()
         # The phases around the epochs: GAE and the batch, each epoch's gather, the
         # statistics after the epochs (a program each with compile, on a single process's
         # tensor observations; RND's schedule would change the first program's constants
@@ -166,9 +169,22 @@ class PPO(Epochs, Algorithm):
             # The Adam state the program reads and writes exists before it runs (after a
             # load too): a program traced on a missing state would make it on every call.
             adam_state(self.optimizer, self._update_params)
-        if not self.uses_cuda_graphs:
+        if not self.uses_cuda_graphs or self.graphs_whole_step:
             return update
         return GraphedBatchCall(update, self.device, before_capture=lambda: self.optimizer.zero_grad(set_to_none=True))
+
+    @property
+    def graphs_whole_step(self) -> bool:
+        """Whether one CUDA graph holds all of step()'s device work (``cudagraphs_scope="step"``)."""
+        return self.uses_cuda_graphs and self.config.cudagraphs_scope == "step"
+
+    def _wrapped_phase(self) -> Callable[[], tuple[Stats, int]]:
+        """:meth:`update_phase`, captured whole with ``cudagraphs_scope="step"`` (again after
+        each load, as the update)."""
+        if not self.graphs_whole_step:
+            return self.update_phase
+        assert not self.sync_kl_stop  # the graph holds every epoch: the KL stop gates on the device
+        return GraphedCall(self.update_phase, self.device, before_capture=lambda: self.optimizer.zero_grad(set_to_none=True))
 
     @property
     def needs_tensor_lr(self) -> bool:
@@ -221,9 +237,8 @@ class PPO(Epochs, Algorithm):
         self._check_buffered()
         start = time.perf_counter()
         cfg = self.config
-        batch = self.prepare()
         lr, entropy_coeff, hparams = self.lr, self._entropy_coeff_value, self.hparam_stats()
-        stats, epochs_run = self.run_epochs(batch)
+        stats, epochs_run = self.run_update_phase()
         self._finish_step()
         self._refresh_entropy_coeff()
         host = stats.to_host()  # SYNC: the stats of step()
@@ -299,6 +314,14 @@ class PPO(Epochs, Algorithm):
         logp, old_logp = self.minibatches.log_prob(self.policy, part)
         log_ratio = (logp - old_logp).float()
         return self.members.sum(torch.expm1(log_ratio) - log_ratio)
+
+    def update_phase(self) -> tuple[Stats, int]:
+        """All of step()'s work on the device: GAE and the batch (:meth:`prepared_batch`),
+        the epochs of minibatch updates and their statistics (:meth:`run_epochs`).
+        Returns the statistics (still on the device) and the epochs run. The host decides
+        nothing inside it once the KL early stop gates on the device (``sync_kl_stop``
+        off), so one CUDA graph can hold it whole (``cudagraphs_scope="step"``)."""
+        return self.run_epochs(self.prepare())
 
     def prepared_batch(self) -> Batch:
         """GAE over the buffer, then the rollout as the epochs read it (advantages
@@ -414,6 +437,7 @@ class PPO(Epochs, Algorithm):
         # Loading replaced the optimizer's state tensors, which a captured update would
         # go on reading: warm up and capture again at the next step().
         self.update = self._wrapped_update()
+        self.run_update_phase = self._wrapped_phase()
         # The entropy coefficient is a function of the restored env-step count.
         self._refresh_entropy_coeff()
 

@@ -302,6 +302,15 @@ class MinibatchConfig(CommonConfig):
     #: calls, then one capture, then replays. ``"auto"`` (the default): on where all of the
     #: above holds (on CUDA), else off, the reason named in ``algo.modes``.
     cudagraphs: bool | Literal["auto"] = "auto"
+    #: What one CUDA graph holds when ``cudagraphs`` is on. ``"minibatch"`` (the default):
+    #: each minibatch update, replayed epochs x minibatches times a step, with GAE, each
+    #: epoch's order and gather and the statistics running between the replays.
+    #: ``"step"``: all of ``step()``'s device work (GAE and the batch, every epoch's order
+    #: and gather, the minibatch updates with the KL early stop's gating, the statistics)
+    #: as one graph, replayed once a step, whose statistics the host reads in one transfer
+    #: (:meth:`rlx.algorithms.ppo.PPO.update_phase`). Opt-in until ``benchmarks/gpu_check.py``
+    #: has measured it on a GPU.
+    cudagraphs_scope: Literal["minibatch", "step"] = "minibatch"
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -309,6 +318,8 @@ class MinibatchConfig(CommonConfig):
             check_bool(self, field)
         check_mode(self, "cudagraphs")
         check_mode(self, "compile")
+        if self.cudagraphs_scope not in ("minibatch", "step"):
+            fail(self, "cudagraphs_scope", f"must be 'minibatch' or 'step', got {self.cudagraphs_scope!r}")
         if self.symmetry_fn is not None and not callable(self.symmetry_fn):
             fail(self, "symmetry_fn", f"must be a function, got {self.symmetry_fn!r}")
         if self.symmetry_augment and self.symmetry_fn is None:

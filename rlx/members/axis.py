@@ -175,9 +175,18 @@ class Members:
     def epoch_order(self, units: int, minibatch_units: int, *, shuffle: bool) -> Tensor | None:
         """``[S * units]`` this epoch's order of the batch (``epoch = x[index]``), each
         minibatch taking the same number of every member's units; ``None`` when the
-        batch's own order serves."""
+        batch's own order serves.
+
+        Drawn on the device, in a way a CUDA graph can hold: on CUDA by sorting uniform
+        draws (``randperm`` on CUDA draws orders of fewer than 30,000 from the CPU
+        generator and copies them over, which no graph can replay); on a CPU by
+        ``randperm``, ten times faster there than the sort."""
         if self.size == 1:
-            return torch.randperm(units, device=self.device) if shuffle else None
+            if not shuffle:
+                return None
+            if self.device.type == "cuda":
+                return torch.rand(units, device=self.device).argsort()
+            return torch.randperm(units, device=self.device)
         index, _ = seed_major_permutation(self.size, units, min(minibatch_units, units), device=self.device,
                                           shuffle=shuffle)
         return index

@@ -101,3 +101,9 @@ def test_cudagraphs_needs_equal_minibatches_and_no_amp() -> None:
 
         with pytest.raises(ValueError, match=r"cudagraphs: needs a CUDA device"):
             AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, device="cpu").build(CartPole)
+
+
+def test_cudagraphs_scope_is_minibatch_or_step() -> None:
+    with pytest.raises(ValueError, match=r"AlgorithmConfig.cudagraphs_scope: must be 'minibatch' or 'step', got 'epoch'"):
+        AlgorithmConfig(num_envs=10, horizon=10, cudagraphs_scope="epoch")
+    assert AlgorithmConfig(num_envs=10, horizon=10, cudagraphs_scope="step").cudagraphs_scope == "step"

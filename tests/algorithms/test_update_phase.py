@@ -1,0 +1,76 @@
+"""PPO's update phase (:meth:`rlx.algorithms.ppo.PPO.update_phase`): all of ``step()``'s
+device work, which ``cudagraphs_scope="step"`` captures as one CUDA graph.
+
+A CUDA graph replays kernels: whatever the host decides, reads or copies in while it is
+captured is frozen into it. No GPU is in reach here, so this checks on a CPU what the
+capture needs of the function, op by op: no value read back to the host (``.item()``,
+``nonzero``, a ``tolist``), no tensor made from host data (an upload, which a replay
+would not repeat). ``tests/test_gpu.py`` replays it on a GPU against the uncaptured step.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from rlx import AlgorithmConfig
+from rlx.envs import CartPole
+
+#: What no captured region may run: host reads of device values, and tensors from host data.
+NOT_CAPTURABLE = {"aten._local_scalar_dense", "aten.nonzero", "aten.lift_fresh", "aten.lift_fresh_copy",
+                  "aten.masked_select", "aten.unique", "aten._unique2"}
+
+
+class _Ops(TorchDispatchMode):
+    """The aten ops run inside, by name."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.names: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.names.add(str(func.overloadpacket))  # "aten.add"
+        return func(*args, **(kwargs or {}))
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"target_kl_div": 0.002, "normalize_obs": True, "normalize_rewards": True},
+    {"num_seeds": 3, "target_kl_div": 0.01,
+     "member_hparams": {"lr": [1e-4, 3e-4, 1e-3], "target_kl_div": [0.01, 0.02, 0.005]}},
+    {"kl_adaptive_lr": True, "kl_adaptive_lr_per_minibatch": True, "target_kl_div": 0.01, "clip_grad_per_network": True},
+], ids=["one", "kl_stop", "members", "adaptive_lr"])
+def test_the_update_phase_reads_nothing_back_and_uploads_nothing(extra: dict) -> None:
+    """With the KL early stop gating on the device (as on CUDA, where ``sync_kl_stop``
+    is off), the update phase runs none of :data:`NOT_CAPTURABLE`; the step around it
+    reads its statistics in one transfer."""
+    config = AlgorithmConfig(num_envs=32, horizon=16, device="cpu", seed=0, sgd_minibatch_size=128,
+                             num_sgd_iters=3, **extra)
+    algo = config.build(CartPole)
+    algo.sync_kl_stop = False  # as on CUDA: every epoch runs, a stopped one with its steps held
+    algo.collect()
+    algo.step()
+    algo.collect()
+    before = [p.detach().clone() for p in algo.policy.parameters()]
+    with _Ops() as ops:
+        stats, epochs = algo.update_phase()
+    assert not ops.names & NOT_CAPTURABLE, sorted(ops.names & NOT_CAPTURABLE)
+    assert epochs == config.num_sgd_iters  # the host decided nothing: every epoch ran
+    assert any(not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters()))
+    host = stats.to_host()  # the one transfer, after the phase
+    assert "losses/total" in host and "monitors/kl_div" in host
+
+
+def test_the_step_runs_the_update_phase_it_would_capture() -> None:
+    """``step()`` runs :meth:`update_phase` through ``run_update_phase`` (a CUDA graph with
+    ``cudagraphs_scope="step"``, the function itself elsewhere), and nothing else on the
+    device but its statistics' transfer."""
+    algo = AlgorithmConfig(num_envs=16, horizon=8, device="cpu", seed=0, cudagraphs_scope="step").build(CartPole)
+    assert not algo.graphs_whole_step and algo.run_update_phase == algo.update_phase  # no CUDA: no graph
+    calls = []
+    phase = algo.run_update_phase
+    algo.run_update_phase = lambda: calls.append(1) or phase()
+    algo.collect()
+    algo.step()
+    assert calls == [1]
