@@ -101,7 +101,7 @@ def part_vs_jax(dry_run: bool, out: Path) -> None:
         jax_side = False
     device = _device(dry_run)
     sizes, modes = ([64], ["eager"]) if dry_run else ([4096, 65536, 262144],
-                                                      ["eager", "cudagraphs", "compile+cudagraphs", "cudagraphs-step"])
+                                                      ["eager", "cudagraphs", "cudagraphs-step", "compile+cudagraphs"])
     for B in sizes:  # one size at a time: a size that fails leaves the others' rows
         for row in vs_jax.run(device, [B], [4], modes, iterations=2 if dry_run else 0, rounds=1, jax_side=jax_side):
             _emit({"part": "vs_jax", **row, "jax": "warm" if jax_side else "not installed"})

@@ -484,3 +484,26 @@ def test_the_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> Non
         assert all(isinstance(v, float) for v in stats.values())
     whole.load_state_dict(plain.state_dict())
     assert not whole.run_update_phase.captured  # the optimizer state it read was replaced
+
+
+@pytest.mark.parametrize("precision", ["fp32", "tf32"])
+def test_the_shipped_cartpole_config_solves_with_tf32_matmuls_as_with_float32(train_best, precision: str) -> None:
+    """#42's precision question, asked of learning: JAX multiplies float32 matrices in
+    TF32 on these GPUs. The shipped CartPole config (its seeds 0-2, graphed) must solve
+    within the CPU budget with TF32 matmuls as with float32 ones for ``"tf32"`` to become
+    rlx's CUDA default; the env steps each took go in the test's output."""
+    import dataclasses
+
+    from rlx.examples.cartpole import SOLVED_LENGTH, cartpole_config
+
+    try:
+        steps = []
+        for seed in range(3):
+            config = dataclasses.replace(cartpole_config(seed=seed, device="cuda"), matmul_precision=precision)
+            algo = config.build(CartPole)
+            best = train_best(algo, "episodes/length_mean", SOLVED_LENGTH, 300_000)
+            assert best >= SOLVED_LENGTH, (precision, seed, best, algo.env_steps)
+            steps.append(algo.env_steps)
+        print(f"matmul_precision={precision}: solved after {steps} env steps")
+    finally:
+        torch.set_float32_matmul_precision("highest")  # process-wide: the next tests run in float32
