@@ -20,7 +20,7 @@ a part whose limit no longer fits is skipped by name. The parts, in priority ord
 4. ``members``: 64 members x 1024 envs against one member of 1024 envs and one run of
    65536 envs (``cudagraphs``, 4 minibatches), env steps/s.
 5. ``npg``: NPG's ``step()`` against PPO's graphed ``step()`` at B = 65536 (T = 32, 64x64
-   tanh, NPGConfig's defaults otherwise; PPO as in ``members``): medians of 5 after 3
+   tanh, NPGConfig's defaults otherwise; PPO as in ``members``): medians of 5 after 4
    warm-ups, each phase timed alone, and their ratio (#42 asks for NPG's <= PPO's).
 6. ``rsl_rl``: rsl_rl's ``OnPolicyRunner`` against :class:`rlx.runners.OnPolicyRunner`
    at Isaac Lab's scale (4096 envs x 24 steps, [512, 256, 128] ELU, 5 epochs x 4
@@ -144,7 +144,7 @@ def part_profile(dry_run: bool, out: Path) -> None:
     for B, mode in [(64, "eager")] if dry_run else [(B, m) for B in (4096, 65536)
                                                    for m in ("compile+cudagraphs", "cudagraphs-step")]:
         algo = _algo(B, device, mode).build(CartPole)
-        for _ in range(4):  # compile, the graphs' warm-ups and captures
+        for _ in range(_warmups()):  # compile, the graphs' warm-ups and captures
             algo.collect()
             algo.step()
         row = {"part": "profile", "device": device, "num_envs": B, "mode": mode, "precision": _precision(device)}
@@ -153,8 +153,18 @@ def part_profile(dry_run: bool, out: Path) -> None:
         _emit(row)
 
 
+def _warmups() -> int:
+    """Iterations before any timing: collect's T loop and a step's graph are each called
+    once an iteration, and captured at their call ``GRAPH_WARMUPS + 1``. (The 2026-11-26
+    vs_jax run warmed up for 3 and timed 4 iterations at B = 4096: its first timed
+    iteration captured collect's graph.)"""
+    from rlx.core.cuda_graphs import GRAPH_WARMUPS
+
+    return GRAPH_WARMUPS + 1
+
+
 def _steps_per_s(algo, iters: int, device: str) -> float:
-    for _ in range(3):
+    for _ in range(_warmups()):
         algo.collect()
         algo.step()
     times = []
@@ -184,8 +194,8 @@ def part_members(dry_run: bool, out: Path) -> None:
 
 
 def _phase_ms(algo, device: str, reps: int = 5) -> tuple[float, float]:
-    """Medians of ``collect()`` and ``step()`` (ms), each timed alone, after 3 warm-ups."""
-    for _ in range(3):
+    """Medians of ``collect()`` and ``step()`` (ms), each timed alone, after :func:`_warmups`."""
+    for _ in range(_warmups()):
         algo.collect()
         algo.step()
     collect, step = [], []
@@ -251,7 +261,7 @@ def part_rsl_rl(dry_run: bool, out: Path) -> None:
         torch.manual_seed(0)
         with contextlib.redirect_stdout(io.StringIO()):
             runner = runner_cls(WindyReach(envs, device, seed=0), {**cfg, **extra}, log_dir=None, device=device)
-            runner.learn(3)  # warm-up (and compile)
+            runner.learn(_warmups())  # warm-up (compile, the graphs' captures)
             _sync(device)
             start = time.perf_counter()
             runner.learn(iters)

@@ -59,6 +59,7 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
     import torch
     from ppo_settings import PPOSettings
 
+    from rlx.core.cuda_graphs import GRAPH_WARMUPS
     from rlx.envs import CartPole
 
     if jax_side:
@@ -69,7 +70,8 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
     rows = []
     for B in num_envs:
         for nmb in minibatches:
-            iters = iterations or max(4, 500_000 // (B * T))
+            # At least 10 timed iterations on a GPU (4 of a few ms each at B = 4096 are too few to time).
+            iters = iterations or max(10 if device == "cuda" else 4, 500_000 // (B * T))
             s = PPOSettings(num_envs=B, horizon=T, minibatches=nmb)
             per_round: dict[str, list[dict]] = {}
             for r in range(rounds):
@@ -93,7 +95,10 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
                     algo.collect()
                     algo.step()
                     first_s = time.perf_counter() - start
-                    for _ in range(2):  # warm-up (graph capture, the compiled last-value pass)
+                    # Warm-up: every CUDA graph captured before the timing (collect's T loop
+                    # and the step's graph are called once an iteration: GRAPH_WARMUPS eager
+                    # calls, then the capture), and the compiled last-value pass.
+                    for _ in range(GRAPH_WARMUPS):
                         algo.collect()
                         algo.step()
                     if device == "cuda":
@@ -143,7 +148,7 @@ def main() -> None:
     parser.add_argument("--modes", nargs="+", default=["eager", "compile"],
                         choices=["eager", "compile", "cudagraphs", "compile+cudagraphs", "cudagraphs-step",
                                  "compile+cudagraphs-step", "compile+amp"])
-    parser.add_argument("--iterations", type=int, default=0, help="iterations timed per run (default: ~0.5M env steps, at least 4)")
+    parser.add_argument("--iterations", type=int, default=0, help="iterations timed per run (default: ~0.5M env steps, at least 4, 10 on CUDA)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None)
