@@ -5,7 +5,8 @@ A CUDA graph replays kernels: whatever the host decides, reads or copies in whil
 captured is frozen into it. No GPU is in reach here, so this checks on a CPU what the
 capture needs of the function, op by op: no value read back to the host (``.item()``,
 ``nonzero``, a ``tolist``), no tensor made from host data (an upload, which a replay
-would not repeat). ``tests/test_gpu.py`` replays it on a GPU against the uncaptured step.
+would not repeat), and the same storages read from outside it at every step (a replay
+reads the addresses it was captured with). ``tests/test_gpu.py`` replays it on a GPU against the uncaptured step.
 """
 
 from __future__ import annotations
@@ -74,3 +75,52 @@ def test_the_step_runs_the_update_phase_it_would_capture() -> None:
     algo.collect()
     algo.step()
     assert calls == [1]
+
+
+class _ExternalInputs(TorchDispatchMode):
+    """The storages the ops inside read that no op inside made: what a captured graph
+    would read at the addresses it was captured with."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.made: set[int] = set()
+        self.read: set[int] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        for x in torch.utils._pytree.tree_leaves((args, kwargs)):
+            if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in self.made:
+                self.read.add(x.untyped_storage().data_ptr())
+        out = func(*args, **(kwargs or {}))
+        for x in torch.utils._pytree.tree_leaves(out):
+            if isinstance(x, torch.Tensor):
+                self.made.add(x.untyped_storage().data_ptr())
+        return out
+
+
+@pytest.mark.parametrize("extra", [
+    {"target_kl_div": 0.002, "normalize_obs": True, "normalize_rewards": True,
+     "lr_schedule": [(0, 1e-3), (10_000, 1e-4)], "entropy_coeff_schedule": [(0, 0.01), (10_000, 0.0)]},
+    {"num_seeds": 2, "target_kl_div": 0.01, "member_hparams": {"lr": [1e-4, 1e-3], "clip_param": [0.1, 0.3]}},
+], ids=["one", "members"])
+def test_the_update_phase_reads_the_same_tensors_every_step(extra: dict) -> None:
+    """A replayed graph reads the addresses it was captured with: whatever changes
+    between steps (parameters, optimizer state, the rollout, the learning rate and
+    entropy schedules, normalizer statistics, the KL stop's state) must be written in
+    place into the same tensors, never handed over as new ones. Two steps after the
+    warm-up read exactly the same storages from outside the phase."""
+    algo = AlgorithmConfig(num_envs=32, horizon=16, device="cpu", seed=0, sgd_minibatch_size=128, num_sgd_iters=2,
+                           **extra).build(CartPole)
+    algo.sync_kl_stop = False  # as on CUDA
+    reads, phase = [], algo.run_update_phase
+
+    def watched():
+        with _ExternalInputs() as ops:
+            out = phase()
+        reads.append(ops.read)
+        return out
+
+    algo.run_update_phase = watched  # step() runs its host part around it as always
+    for _ in range(3):  # the first step makes the epoch's buffers: the next two must read alike
+        algo.collect()
+        algo.step()
+    assert reads[1] == reads[2], (len(reads[1] ^ reads[2]), len(reads[1]))
