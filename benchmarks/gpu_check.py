@@ -20,8 +20,9 @@ a part whose limit no longer fits is skipped by name. The parts, in priority ord
 4. ``members``: 64 members x 1024 envs against one member of 1024 envs and one run of
    65536 envs (``cudagraphs``, 4 minibatches), env steps/s.
 5. ``npg``: NPG's ``step()`` against PPO's graphed ``step()`` at B = 65536 (T = 32, 64x64
-   tanh, NPGConfig's defaults otherwise; PPO as in ``members``): medians of 5 after 4
-   warm-ups, each phase timed alone, and their ratio (#42 asks for NPG's <= PPO's).
+   tanh; ``rlx bench``'s ``npg`` and ``ppo_4mb``, :func:`rlx.run.bench.bench_one`):
+   medians of 5 after 4 warm-ups, each phase timed alone, and their ratio (#42 asks for
+   NPG's <= PPO's).
 6. ``rsl_rl``: rsl_rl's ``OnPolicyRunner`` against :class:`rlx.runners.OnPolicyRunner`
    at Isaac Lab's scale (4096 envs x 24 steps, [512, 256, 128] ELU, 5 epochs x 4
    minibatches, an asymmetric critic) on :class:`rlx.examples.windy_reach.WindyReach`,
@@ -194,38 +195,19 @@ def part_members(dry_run: bool, out: Path) -> None:
            "members_over_one_member": round(rates[f"{many}_members"] / rates["one_member"], 3)})
 
 
-def _phase_ms(algo, device: str, reps: int = 5) -> tuple[float, float]:
-    """Medians of ``collect()`` and ``step()`` (ms), each timed alone, after :func:`_warmups`."""
-    for _ in range(_warmups()):
-        algo.collect()
-        algo.step()
-    collect, step = [], []
-    for _ in range(reps):
-        _sync(device)
-        t0 = time.perf_counter()
-        algo.collect()
-        _sync(device)
-        t1 = time.perf_counter()
-        algo.step()
-        _sync(device)
-        collect.append(t1 - t0)
-        step.append(time.perf_counter() - t1)
-    return 1e3 * statistics.median(collect), 1e3 * statistics.median(step)
-
-
 def part_npg(dry_run: bool, out: Path) -> None:
-    from rlx import NPGConfig
-    from rlx.envs import CartPole
+    from rlx.run.bench import bench_one
 
     device = _device(dry_run)
-    B, ppo_mode = (64, "eager") if dry_run else (65536, "cudagraphs")
-    npg = NPGConfig(num_envs=B, horizon=32, device=device, seed=0,
-                    model_config={"hiddens": [64, 64], "activation_fn": "tanh"})
+    B = 64 if dry_run else 65536
     step_ms = {}
-    for name, config, mode in [("npg", npg, "eager"), ("ppo", _algo(B, device, ppo_mode), ppo_mode)]:
-        collect_ms, step_ms[name] = _phase_ms(config.build(CartPole), device)
-        _emit({"part": "npg", "algo": name, "device": device, "mode": mode, "precision": _precision(device),
-               "num_envs": B, "collect_ms": round(collect_ms, 3), "step_ms": round(step_ms[name], 3)})
+    for name, algo, graphs in [("npg", "npg", False), ("ppo", "ppo_4mb", not dry_run)]:
+        row = bench_one("CartPole", algo, B, 32, device, [64, 64], amp=False, iters=5, warmup=_warmups(),
+                        cudagraphs=graphs)
+        step_ms[name] = row["step_ms"]
+        _emit({"part": "npg", "algo": name, "device": device, "mode": "cudagraphs" if graphs else "eager",
+               "precision": _precision(device), "num_envs": B, "collect_ms": round(row["collect_ms"], 3),
+               "step_ms": round(row["step_ms"], 3)})
     _emit({"part": "npg", "summary": True, "npg_step_over_ppo_step": round(step_ms["npg"] / step_ms["ppo"], 3)})
 
 

@@ -410,6 +410,30 @@ def test_a_captured_update_is_captured_again_after_load_state_dict() -> None:
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
 
 
+def _step_both_from_one_state(graphed, plain) -> tuple[dict[str, float], dict[str, float]]:
+    """``graphed`` collects; ``plain`` takes its state and rollout; both step on the same
+    random numbers. Returns their step statistics, their parameters held equal.
+
+    The state is taken after the collect (its reward scaler moved: GAE scales the rewards
+    with it), and the generators are restored between the steps (their minibatch orders
+    draw from them). Loaded before the collect, with each step drawing after the
+    other's, the capture test below failed on an H100 (2026-11-26, 1e4c917) for those
+    two reasons: on a CPU the same comparison gives 1e-2 apart that way and bit-identical
+    parameters this way."""
+    graphed.collect()
+    plain.load_state_dict(graphed.state_dict())
+    plain.buffer.update_(graphed.buffer)
+    plain._buffered = True
+    rng = torch.get_rng_state(), torch.cuda.get_rng_state()
+    graphed_stats = graphed.step()
+    torch.set_rng_state(rng[0])
+    torch.cuda.set_rng_state(rng[1])
+    plain_stats = plain.step()
+    for a, b in zip(plain.policy.parameters(), graphed.policy.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    return graphed_stats, plain_stats
+
+
 @pytest.mark.parametrize("extra", [{}, {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}}],
                          ids=["one", "members"])
 def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone(extra: dict) -> None:
@@ -423,23 +447,7 @@ def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone(extra: d
         both.step()
     assert both.update.captured and both.compiled_update is not None  # the graph replays the compiled update
     plain = AlgorithmConfig(**config, cudagraphs=False).build(CartPole)
-    both.collect()
-    # The state after the collect (its reward scaler moved: GAE scales the rewards with
-    # it), the same rollout, and the same random numbers for both updates' minibatch
-    # orders (a small randperm on CUDA draws from the CPU generator). Loaded before the
-    # collect, with each step drawing after the other's, this test failed on an H100
-    # (2026-11-26, 1e4c917) for those two reasons: on a CPU the same comparison gives
-    # 1e-2 apart that way and bit-identical parameters this way.
-    plain.load_state_dict(both.state_dict())
-    plain.buffer.update_(both.buffer)
-    plain._buffered = True
-    rng = torch.get_rng_state(), torch.cuda.get_rng_state()
-    graphed_stats = both.step()
-    torch.set_rng_state(rng[0])
-    torch.cuda.set_rng_state(rng[1])
-    plain_stats = plain.step()
-    for a, b in zip(plain.policy.parameters(), both.policy.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    graphed_stats, plain_stats = _step_both_from_one_state(both, plain)
     assert graphed_stats["losses/total"] == pytest.approx(plain_stats["losses/total"], rel=1e-4, abs=1e-6)
     for stats in _run_without_syncs(both):
         assert all(isinstance(v, float) for v in stats.values())
@@ -465,17 +473,7 @@ def test_the_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> Non
         whole.step()
     assert whole.run_update_phase.captured
     plain = AlgorithmConfig(**config, cudagraphs=False).build(CartPole)
-    whole.collect()
-    plain.load_state_dict(whole.state_dict())  # after the collect: see the capture test above
-    plain.buffer.update_(whole.buffer)
-    plain._buffered = True
-    rng = torch.get_rng_state(), torch.cuda.get_rng_state()
-    graphed_stats = whole.step()
-    torch.set_rng_state(rng[0])
-    torch.cuda.set_rng_state(rng[1])
-    plain_stats = plain.step()
-    for a, b in zip(plain.policy.parameters(), whole.policy.parameters()):
-        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    graphed_stats, plain_stats = _step_both_from_one_state(whole, plain)
     for key in ("losses/total", "monitors/kl_div", "monitors/clip_fraction"):
         assert graphed_stats[key] == pytest.approx(plain_stats[key], rel=1e-4, abs=1e-6), key
     if "target_kl_div" in extra:
