@@ -14,8 +14,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.mark.slow
 def test_gpu_check_dry_runs_every_part_on_the_cpu_and_writes_its_files(tmp_path: Path) -> None:
-    """Every part runs (at tiny sizes, on the CPU) in its own subprocess, the summary is
-    printed, and at most 6 files land in ``--out``, among them one result row per part."""
+    """Every part runs (at tiny sizes, on the CPU, in one subprocess: each part's own
+    subprocess and limit are tested below), the summary is printed, and at most 6 files land in ``--out``, among them one result row per part."""
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(tmp_path),
                            "--budget-s", "400"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -47,3 +47,30 @@ def test_a_part_past_its_limit_is_stopped_and_the_rest_still_run(tmp_path: Path)
     assert gpu_check.main(["--dry-run", "--out", str(tmp_path), "--budget-s", "1", "--parts", "members"]) == 0
     rows = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert rows[0]["status"].startswith("skipped: ") and rows[0]["part"] == "members"
+
+
+def test_parts_run_together_each_report_on_their_own(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    """A dry run's parts share one subprocess: a part that raises is reported by name and
+    the next one still runs; a part the subprocess never finished gets its outcome."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+
+    def boom(dry_run: bool, out: Path) -> None:
+        raise RuntimeError("no such device")
+
+    def fine(dry_run: bool, out: Path) -> None:
+        gpu_check._emit({"part": "fine", "value": 1})
+
+    saved = dict(gpu_check.PARTS)
+    gpu_check.PARTS.update(boom=boom, fine=fine)
+    try:
+        assert gpu_check._run_parts_here(["boom", "fine"], True, tmp_path) == 1
+    finally:
+        gpu_check.PARTS.clear()
+        gpu_check.PARTS.update(saved)
+    rows = [json.loads(line[4:]) for line in capsys.readouterr().out.splitlines() if line.startswith("ROW ")]
+    status = {r["part"]: r["status"] for r in rows if "status" in r}
+    assert status == {"boom": "error: RuntimeError: no such device", "fine": "exit 0"}
+    assert {"part": "fine", "value": 1} in rows
+    rows, _ = gpu_check._run_part("members,npg", True, tmp_path, limit=0.5)  # neither finishes
+    assert [(r["part"], r["status"]) for r in rows] == [("members", "timed out after 0 s"), ("npg", "timed out after 0 s")]
