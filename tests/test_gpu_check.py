@@ -15,7 +15,8 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_gpu_check_dry_runs_every_part_on_the_cpu_and_writes_its_files(tmp_path: Path) -> None:
     """Every part runs (at tiny sizes, on the CPU, in one subprocess: each part's own
-    subprocess and limit are tested below), the summary is printed, and at most 6 files land in ``--out``, among them one result row per part."""
+    subprocess and limit are tested below), the summary is printed, and at most 6 files
+    land in ``--out``, among them one result row per part."""
     done = subprocess.run([sys.executable, "benchmarks/gpu_check.py", "--dry-run", "--out", str(tmp_path),
                            "--budget-s", "400"], cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
