@@ -253,7 +253,8 @@ class MinibatchConfig(CommonConfig):
     entropy_coeff_schedule_kind: ScheduleKind = "step"
     #: Minibatch size ``M``; ``None`` makes the whole buffer one minibatch.
     sgd_minibatch_size: int | None = None
-    #: Shuffle samples into new minibatches every epoch (an order drawn on the device, :meth:`rlx.members.Members.epoch_order`).
+    #: Shuffle samples into new minibatches every epoch (an order drawn on the device:
+    #: :meth:`rlx.members.Members.epoch_order`).
     shuffle_minibatches: bool = True
     #: Weight of the value loss in the total loss.
     vf_coeff: float = 1.0
