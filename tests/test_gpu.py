@@ -190,6 +190,35 @@ def test_cudagraphed_collect_replays_identically_from_the_same_state() -> None:
         assert torch.equal(first[1][key], second[1][key]), key
 
 
+def test_the_captured_collect_holds_the_tail_values_scaler_and_statistics() -> None:
+    """The collect graph holds the tail as well as the T loop: after the capture, each
+    replay leaves ``V(final_obs)`` on the truncated steps (0 elsewhere) as an eager pass
+    values them, merges every step's return into the reward scaler, and reports the
+    episodes that ended in the buffer it wrote."""
+    from rlx.core.cuda_graphs import GRAPH_WARMUPS
+    from rlx.envs import Pendulum
+
+    class ShortPendulum(Pendulum):
+        max_episode_steps = 5  # truncations in every collect
+
+    B, T = 256, 16
+    algo = AlgorithmConfig(num_envs=B, horizon=T, device="cuda", seed=0, cudagraphs=True, normalize_rewards=True,
+                           model_config={"hiddens": [32, 32]}).build(ShortPendulum)
+    for i in range(GRAPH_WARMUPS + 3):
+        count = algo.reward_scaler.stats.count.clone()
+        out = algo.collect()
+        assert algo.rollout.graphs[False].captured == (i >= GRAPH_WARMUPS)
+        buf = algo.buffer
+        truncated = buf.get("truncated")[:, :T]
+        assert truncated.any()
+        with torch.no_grad():
+            want = algo.rollout.all_final_values()
+        torch.testing.assert_close(buf.get("final_values")[:, :T], want, rtol=1e-5, atol=1e-5)
+        assert float(algo.reward_scaler.stats.count - count) == B * T
+        assert out["episodes/count"] == float(truncated.sum())
+        algo.step()
+
+
 def test_envs_that_are_not_graph_safe_keep_the_eager_collect() -> None:
 
     class Unsafe(CartPole):

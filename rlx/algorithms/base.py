@@ -172,7 +172,7 @@ class Algorithm(MemberValues, ABC):
 
     @property
     def uses_cuda_graphs(self) -> bool:
-        """Whether the update (and, for a graph-safe env, collect's T loop) is captured in
+        """Whether the update (and, for a graph-safe env, collect's T loop and tail) is captured in
         CUDA graphs (PPO's ``cudagraphs``, resolved: :attr:`modes`)."""
         return self.modes.cudagraphs
 
@@ -303,8 +303,7 @@ class Algorithm(MemberValues, ABC):
                 # Start the running obs statistics from the first observations, so the
                 # first update does not see raw observations as if normalized.
                 self.policy.update_obs_stats(rollout.obs[0])
-        rollout.run(deterministic)
-        stats = rollout.tail(self.reward_scaler if self.config.normalize_rewards else None)
+        stats = rollout.run(deterministic, self.reward_scaler if self.config.normalize_rewards else None)
         host = stats.to_host()  # SYNC: the one transfer of collect()
         rollout.finish(host)
         self.num_collects += 1

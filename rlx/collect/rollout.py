@@ -3,7 +3,8 @@
 :class:`Rollout` owns everything between the env and the update: the buffer (see
 :mod:`rlx.collect.buffer`) and its column views, the policy's per-sub-env state, the partial
 episodes carried across collects, the truncation bootstrap ``V(final_obs)``, the
-CUDA-graphed T loop, and the collect statistics. The algorithm decides when to reset
+collect's device work as one CUDA graph (the T loop and the tail), and the collect
+statistics. The algorithm decides when to reset
 and what to do with the filled buffer; the rollout never touches the optimizer.
 
 Everything here follows the hot-loop rules of design.md §8: the T loop writes into
@@ -64,7 +65,8 @@ class Rollout(RolloutValues):
         act_fn, value_fn: What the T loop calls to act and to value (defaults: the
             policy's :meth:`~rlx.policy.PolicyBase.act_step` and
             :meth:`~rlx.policy.PolicyBase.value_step`; PPO may pass compiled ones).
-        graphed: Capture the T loop in a CUDA graph (a graph-safe env on CUDA only).
+        graphed: Capture the T loop and the tail (:meth:`phase`) in one CUDA graph (a
+            graph-safe env on CUDA only).
         compile_steps: Run the T loop (acting, the env step, the buffer writes) as
             compiled programs of several steps (:mod:`rlx.collect.compiled_loop`; a
             graph-safe env: it returns the same keys on every step).
@@ -102,8 +104,9 @@ class Rollout(RolloutValues):
         # long infinite-horizon episodes must not lose precision).
         self.episode_return = torch.zeros(self.num_envs, dtype=torch.float64, device=device)
         self.episode_length = torch.zeros(self.num_envs, dtype=torch.float64, device=device)
-        # One graph per mode (sampling, deterministic), made on first use.
-        self.graphs: dict[bool, GraphedCall[None]] = {}
+        # One graph of run()'s phase per mode (sampling, deterministic), made on first use
+        # (an algorithm passes the same reward scaler, or none, to every collect).
+        self.graphs: dict[bool, GraphedCall[Stats]] = {}
         self._reset_all = False
 
     # -- build -------------------------------------------------------------------------
@@ -196,11 +199,13 @@ class Rollout(RolloutValues):
 
     def set_truncation_capacity(self, capacity: int) -> None:
         """Value at most ``capacity`` truncated steps per collect without a fallback (with
-        S members, ``capacity / S``, rounded up, of each member's)."""
+        S members, ``capacity / S``, rounded up, of each member's). Drops the captured
+        collect graphs: the next collects capture again."""
         S = self.members.size  # the same capacity in every member (a pass takes equal blocks)
         per_member = min(self.num_envs // S * self.horizon, max(1, -(-capacity // S)))
         self.truncation_capacity = S * per_member
         self._truncation_ranks = torch.arange(1, per_member + 1, device=self.device)
+        self.graphs.clear()
 
     # -- one collect ---------------------------------------------------------------------
 
@@ -222,16 +227,35 @@ class Rollout(RolloutValues):
                 self.states[0].copy_(self.states[T])
                 self.resets[0].copy_(self.resets[T])
 
-    def run(self, deterministic: bool) -> None:
-        """The T loop: one CUDA graph replay (``graphed``), compiled programs of several
-        steps (``compile_steps``) or eager steps (:meth:`steps`)."""
+    def run(self, deterministic: bool, scaler: RewardScaler | None = None) -> Stats:
+        """All of collect's device work once column 0 is in place (:meth:`phase`: the T
+        loop and the tail), replayed as one CUDA graph when ``graphed``; then what the host
+        adds: a reward-scaler merge across ranks and the env's logged scalars.
+
+        Returns:
+            The collect's statistics on the device, by name (a new :class:`Stats` each
+            call; a replay rewrites the tensors it holds).
+        """
         if self.graphed and self.device.type == "cuda":
             graph = self.graphs.get(deterministic)
             if graph is None:
-                graph = self.graphs[deterministic] = GraphedCall(lambda: self.steps(deterministic), self.device)
-            graph()
+                graph = self.graphs[deterministic] = GraphedCall(lambda: self.phase(deterministic, scaler), self.device)
+            stats = graph().copy()
         else:
-            self.steps(deterministic)
+            stats = self.phase(deterministic, scaler)
+        if scaler is not None and scaler.stats.merges_across_ranks:  # a collective: after the program
+            scaler.record(scaler.scratch(self.horizon)[0])
+        pop_logs = getattr(self.env, "pop_log_stats", None)  # an env's own logged scalars
+        for name, value in (pop_logs() if callable(pop_logs) else {}).items():
+            stats.add(f"env/{name}", value)
+        return stats
+
+    def phase(self, deterministic: bool, scaler: RewardScaler | None = None) -> Stats:
+        """The T loop (:meth:`steps`) and the tail (:meth:`tail`): everything collect runs
+        on the device between putting column 0 in place and the one transfer. The host
+        decides nothing inside it, so one CUDA graph holds it whole."""
+        self.steps(deterministic)
+        return self.tail(scaler)
 
     def steps(self, deterministic: bool) -> None:
         """The T loop: act, step the env, and write every column into the buffer.
@@ -292,8 +316,9 @@ class Rollout(RolloutValues):
         """collect's work after the T loop, in one program with ``compile_steps``
         (:meth:`tail_program`): the values the T loop left out, the reward scaler's
         running returns through the rollout (``scaler``; ``None`` without reward scaling)
-        merged into its statistics, and this rollout's statistics (carrying the
-        unfinished episodes into the next collect), stacked for the one transfer.
+        and, on one process, their merge into its statistics, and this rollout's
+        statistics (carrying the unfinished episodes into the next collect), stacked for
+        the one transfer.
 
         Returns:
             The collect's statistics, by name, on the device; ``rollout/truncation_overflow``
@@ -302,16 +327,11 @@ class Rollout(RolloutValues):
         stats = Stats()
         scratch = scaler.scratch(self.horizon) if scaler is not None else None
         # The scaler's new moments come out of the program (set in one op after it); under
-        # torch.distributed its merge is a collective, made after the program.
+        # torch.distributed its merge is a collective, which run() makes after the phase.
         in_program = scaler is not None and not scaler.stats.merges_across_ranks
         moments = self._tail(scaler, scratch, stats, in_program)
         if moments is not None:
             scaler.stats.assign_(moments)
-        elif scaler is not None:
-            scaler.record(scratch[0])
-        pop_logs = getattr(self.env, "pop_log_stats", None)  # an env's own logged scalars
-        for name, value in (pop_logs() if callable(pop_logs) else {}).items():
-            stats.add(f"env/{name}", value)
         return stats
 
     def tail_program(self, scaler: RewardScaler | None, scratch: tuple[Tensor, Tensor] | None, stats: Stats,

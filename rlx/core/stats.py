@@ -51,6 +51,15 @@ class Stats:
         if self._values:
             self._packed = (list(self._values), torch.stack([v.double() for v in self._values.values()]))
 
+    def copy(self) -> Stats:
+        """A new :class:`Stats` with the same entries (the same tensors): what a caller
+        adds to it leaves this one as it was (a captured graph's statistics are returned
+        again by every replay)."""
+        out = Stats()
+        out._values, out._ops, out._std_of = dict(self._values), dict(self._ops), dict(self._std_of)
+        out._packed = self._packed
+        return out
+
     def add(self, name: str, value: Tensor, op: ReduceOp = "mean") -> None:
         """Record ``value`` (a 0-d tensor, any float or bool dtype) under ``name``."""
         if op == "std":

@@ -48,6 +48,7 @@ class PixelReach(EpisodicEnv):
         self.observation_spec = Composite({"pixels": Unbounded(shape=(2, G, G), device=self.device)},
                                           device=self.device)
         self._moves = torch.tensor(MOVES, dtype=torch.int64, device=self.device)
+        self._cells = torch.arange(G * G, device=self.device)
 
     def _action_spec(self) -> Categorical:
         return Categorical(4, device=self.device)
@@ -62,7 +63,9 @@ class PixelReach(EpisodicEnv):
     def _obs(self, state: torch.Tensor) -> TensorDict:
         G = self.grid
         cells = state.view(-1, 2, 2)[..., 0] * G + state.view(-1, 2, 2)[..., 1]  # [B, 2]: agent, goal
-        pixels = torch.nn.functional.one_hot(cells, G * G).to(torch.float32).view(-1, 2, G, G)
+        # One-hot by comparison: F.one_hot reads its input's range back to the host on a
+        # CPU, which a captured T loop cannot do.
+        pixels = (cells.unsqueeze(-1) == self._cells).to(torch.float32).view(-1, 2, G, G)
         return TensorDict({"pixels": pixels}, batch_size=[state.shape[0]], device=self.device)
 
     def step(self, actions: torch.Tensor) -> TensorDict:

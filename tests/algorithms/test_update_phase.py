@@ -13,26 +13,10 @@ from __future__ import annotations
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from rlx import AlgorithmConfig
+from rlx.core.capture_check import CaptureCheck
 from rlx.envs import CartPole
-
-#: What no captured region may run: host reads of device values, and tensors from host data.
-NOT_CAPTURABLE = {"aten._local_scalar_dense", "aten.nonzero", "aten.lift_fresh", "aten.lift_fresh_copy",
-                  "aten.masked_select", "aten.unique", "aten._unique2"}
-
-
-class _Ops(TorchDispatchMode):
-    """The aten ops run inside, by name."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.names: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.names.add(str(func.overloadpacket))  # "aten.add"
-        return func(*args, **(kwargs or {}))
 
 
 @pytest.mark.parametrize("extra", [
@@ -44,7 +28,7 @@ class _Ops(TorchDispatchMode):
 ], ids=["one", "kl_stop", "members", "adaptive_lr"])
 def test_the_update_phase_reads_nothing_back_and_uploads_nothing(extra: dict) -> None:
     """With the KL early stop gating on the device (as on CUDA, where ``sync_kl_stop``
-    is off), the update phase runs none of :data:`NOT_CAPTURABLE`; the step around it
+    is off), the update phase runs none of :data:`~rlx.core.capture_check.NOT_CAPTURABLE`; the step around it
     reads its statistics in one transfer."""
     config = AlgorithmConfig(num_envs=32, horizon=16, device="cpu", seed=0, sgd_minibatch_size=128,
                              num_sgd_iters=3, **extra)
@@ -54,9 +38,9 @@ def test_the_update_phase_reads_nothing_back_and_uploads_nothing(extra: dict) ->
     algo.step()
     algo.collect()
     before = [p.detach().clone() for p in algo.policy.parameters()]
-    with _Ops() as ops:
+    with CaptureCheck() as check:
         stats, epochs = algo.update_phase()
-    assert not ops.names & NOT_CAPTURABLE, sorted(ops.names & NOT_CAPTURABLE)
+    assert not check.host_ops, sorted(check.host_ops)
     assert epochs == config.num_sgd_iters  # the host decided nothing: every epoch ran
     assert any(not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters()))
     host = stats.to_host()  # the one transfer, after the phase
@@ -77,26 +61,6 @@ def test_the_step_runs_the_update_phase_it_would_capture() -> None:
     assert calls == [1]
 
 
-class _ExternalInputs(TorchDispatchMode):
-    """The storages the ops inside read that no op inside made: what a captured graph
-    would read at the addresses it was captured with."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.made: set[int] = set()
-        self.read: set[int] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        for x in torch.utils._pytree.tree_leaves((args, kwargs)):
-            if isinstance(x, torch.Tensor) and x.untyped_storage().data_ptr() not in self.made:
-                self.read.add(x.untyped_storage().data_ptr())
-        out = func(*args, **(kwargs or {}))
-        for x in torch.utils._pytree.tree_leaves(out):
-            if isinstance(x, torch.Tensor):
-                self.made.add(x.untyped_storage().data_ptr())
-        return out
-
-
 @pytest.mark.parametrize("extra", [
     {"target_kl_div": 0.002, "normalize_obs": True, "normalize_rewards": True,
      "lr_schedule": [(0, 1e-3), (10_000, 1e-4)], "entropy_coeff_schedule": [(0, 0.01), (10_000, 0.0)]},
@@ -114,9 +78,9 @@ def test_the_update_phase_reads_the_same_tensors_every_step(extra: dict) -> None
     reads, phase = [], algo.run_update_phase
 
     def watched():
-        with _ExternalInputs() as ops:
+        with CaptureCheck() as check:
             out = phase()
-        reads.append(ops.read)
+        reads.append(check.external)
         return out
 
     algo.run_update_phase = watched  # step() runs its host part around it as always

@@ -52,7 +52,7 @@ def _pair(capacity: int | None):
 def test_the_compiled_tail_gives_what_the_eager_one_gives(capacity: int | None) -> None:
     eager, compiled = _pair(capacity)
     eager.rollout.begin(False)
-    eager.rollout.run(False)  # the T loop alone: the buffer both tails read
+    eager.rollout.steps(False)  # the T loop alone: the buffer both tails read
     compiled.buffer.update_(eager.buffer)
     got, want = {}, {}
     for algo, out in ((compiled, got), (eager, want)):
@@ -87,7 +87,7 @@ def test_the_tail_stacks_its_statistics_in_the_program() -> None:
     stacking op; an env's own logged scalars, added after it, join the same transfer."""
     algo = AlgorithmConfig(num_envs=4, horizon=8, device="cpu", seed=0).build(ShortPendulum)
     algo.rollout.begin(True)
-    algo.rollout.run(False)
+    algo.rollout.steps(False)
     stats = algo.rollout.tail(None)
     assert stats._packed is not None and stats._packed[0] == list(stats._values)
     stats.add("env/extra", torch.tensor(2.5))

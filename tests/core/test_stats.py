@@ -25,3 +25,17 @@ def test_a_std_is_only_added_with_its_mean_and_nothing_is_an_empty_dict() -> Non
     with pytest.raises(ValueError, match="add_std_mean"):
         Stats().add("x/std", torch.tensor(1.0), "std")
     assert Stats().to_host() == {}
+
+
+def test_a_copy_takes_new_entries_without_changing_the_original() -> None:
+    """A captured graph returns the same Stats at every replay: the caller adds its host
+    entries (an env's logged scalars) to a copy, which must leave the original alone."""
+    stats = Stats()
+    stats.add("a", torch.tensor(1.0))
+    stats.add_std_mean("s", "m", torch.tensor([1.0, 3.0]))
+    stats.pack()
+    copy = stats.copy()
+    copy.add("env/extra", torch.tensor(5.0), "sum")
+    copy.add("a", torch.tensor(2.0))  # replaced in the copy only
+    assert stats.to_host() == {"a": 1.0, "m": 2.0, "s": 1.0}
+    assert copy.to_host() == {"m": 2.0, "s": 1.0, "a": 2.0, "env/extra": 5.0}
