@@ -30,7 +30,7 @@ from rlx.core.compiling import compiled
 from rlx.core.schedulers import Schedule
 from rlx.members import Members
 from rlx.members.hparams import MemberHparams, MemberValues
-from rlx.members.optim import KERNEL_FLAGS, SeedAdam, steps_functionally
+from rlx.members.optim import load_optimizer_state
 from rlx.core.yaml_types import config_to_dict
 
 if TYPE_CHECKING:
@@ -360,11 +360,17 @@ class Algorithm(MemberValues, ABC):
         T = self.horizon
         return {key: flatten_time(self.buffer.get(key)[:, :T]) for key in (OBS, ACTIONS, LOGP, VALUES, ADVANTAGES, RETURNS)}
 
-    def _finish_step(self) -> None:
-        """Bookkeeping after an update: obs statistics, schedules, flags."""
-        T = self.horizon
+    def update_obs_statistics(self) -> None:
+        """Merge the rollout's observations into the policy's running statistics (with
+        ``normalize_obs``): after the update, which normalized them as the rollout did."""
         if self.policy.normalizes_obs:
-            self.policy.update_obs_stats(flatten_time(self.buffer.get(OBS)[:, 1 : T + 1]))
+            self.policy.update_obs_stats(flatten_time(self.buffer.get(OBS)[:, 1 : self.horizon + 1]))
+
+    def _finish_step(self, obs_statistics: bool = True) -> None:
+        """Bookkeeping after an update: obs statistics (unless the update phase merged
+        them), schedules, flags."""
+        if obs_statistics:
+            self.update_obs_statistics()
         if self.config.lr_schedule is not None:
             self._set_lr(self.lr_schedule.value(self.env_steps))
         self._buffered = False
@@ -422,7 +428,7 @@ class Algorithm(MemberValues, ABC):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output into this (freshly built) algorithm."""
         self.policy.load_state_dict(state["policy"])
-        self._load_optimizer_state(state["optimizer"])
+        load_optimizer_state(self.optimizer, state["optimizer"])
         # The LR follows the restored optimizer: a schedule or the KL-adaptive rule moved
         # it away from the initial LR (a tensor LR: one sync, at load). A loaded param
         # group holds a copy of the saved LR tensor: the groups get back the live one.
@@ -459,26 +465,6 @@ class Algorithm(MemberValues, ABC):
         torch.set_rng_state(state["rng"]["cpu"])
         if "cuda" in state["rng"] and self.device.type == "cuda":
             torch.cuda.set_rng_state(state["rng"]["cuda"], self.device)
-
-    def _load_optimizer_state(self, state: dict[str, Any]) -> None:
-        """The optimizer's moments, steps and LR from a checkpoint, keeping the kernel this
-        algorithm chose (fused, capturable, ...): a checkpoint of an eager run resumes
-        under ``cudagraphs``, and one of a graphed run eagerly."""
-        # The param-group flags that choose the kernel: the algorithm's own win on resume.
-        kept = [{k: g[k] for k in KERNEL_FLAGS if k in g} for g in self.optimizer.param_groups]
-        self.optimizer.load_state_dict(state)
-        if isinstance(self.optimizer, SeedAdam):  # one kernel; its [S] step counts stay on the device
-            return
-        for group, flags in zip(self.optimizer.param_groups, kept):
-            group.update(flags)
-            # rlx's Adam step and torch's fused and capturable kernels count steps on the parameters' device;
-            # the others read the count on the host (on a GPU that would sync every step).
-            on_device = steps_functionally(self.optimizer) or bool(group.get("fused") or group.get("capturable"))
-            for p in group["params"]:
-                step = self.optimizer.state.get(p, {}).get("step")
-                if isinstance(step, Tensor):
-                    device = p.device if on_device else torch.device("cpu")
-                    self.optimizer.state[p]["step"] = step.to(device=device, dtype=torch.float32)
 
     def _load_per_rank_state_fresh(self, state: dict[str, Any]) -> None:
         """Resume under torchrun (or with another number of envs): the shared state was

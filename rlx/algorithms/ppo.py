@@ -239,7 +239,7 @@ class PPO(Epochs, Algorithm):
         cfg = self.config
         lr, entropy_coeff, hparams = self.lr, self._entropy_coeff_value, self.hparam_stats()
         stats, epochs_run = self.run_update_phase()
-        self._finish_step()
+        self._finish_step(obs_statistics=False)  # the phase merged them
         self._refresh_entropy_coeff()
         host = stats.to_host()  # SYNC: the stats of step()
         member_lrs = self.members.learning_rates(lr)
@@ -317,11 +317,14 @@ class PPO(Epochs, Algorithm):
 
     def update_phase(self) -> tuple[Stats, int]:
         """All of step()'s work on the device: GAE and the batch (:meth:`prepared_batch`),
-        the epochs of minibatch updates and their statistics (:meth:`run_epochs`).
+        the epochs of minibatch updates and their statistics (:meth:`run_epochs`), then
+        the rollout's observations merged into the policy's running statistics.
         Returns the statistics (still on the device) and the epochs run. The host decides
         nothing inside it once the KL early stop gates on the device (``sync_kl_stop``
         off), so one CUDA graph can hold it whole (``cudagraphs_scope="step"``)."""
-        return self.run_epochs(self.prepare())
+        out = self.run_epochs(self.prepare())
+        self.update_obs_statistics()
+        return out
 
     def prepared_batch(self) -> Batch:
         """GAE over the buffer, then the rollout as the epochs read it (advantages

@@ -34,8 +34,8 @@ import torch
 import torch.optim.optimizer as _optim_base
 from torch import Tensor
 
-__all__ = ["SeedAdam", "adam_state", "adam_step_", "masked_step_", "scale_steps_per_seed_", "seed_adam_", "seed_optimizer",
-           "steps_functionally"]
+__all__ = ["SeedAdam", "adam_state", "adam_step_", "load_optimizer_state", "masked_step_", "scale_steps_per_seed_",
+           "seed_adam_", "seed_optimizer", "steps_functionally"]
 
 #: Optimizer flags that choose a kernel, not the update (SeedAdam has one kernel).
 KERNEL_FLAGS = ("fused", "foreach", "capturable", "differentiable")
@@ -307,3 +307,24 @@ def masked_step_(optimizer: torch.optim.Optimizer, params: Sequence[Tensor], upd
     for state, key, old in kept:
         new = state[key]
         new.copy_(torch.where(_seed_view(update, new) > 0, new, old))
+
+
+def load_optimizer_state(optimizer: torch.optim.Optimizer, state: dict[str, Any]) -> None:
+    """Load an optimizer's moments, steps and LR from a checkpoint, keeping the kernel
+    ``optimizer`` was built with (fused, capturable, ...): a checkpoint of an eager run
+    resumes under ``cudagraphs``, and one of a graphed run eagerly."""
+    # The param-group flags that choose the kernel: the optimizer's own win on resume.
+    kept = [{k: g[k] for k in KERNEL_FLAGS if k in g} for g in optimizer.param_groups]
+    optimizer.load_state_dict(state)
+    if isinstance(optimizer, SeedAdam):  # one kernel; its [S] step counts stay on the device
+        return
+    for group, flags in zip(optimizer.param_groups, kept):
+        group.update(flags)
+        # rlx's Adam step and torch's fused and capturable kernels count steps on the parameters' device;
+        # the others read the count on the host (on a GPU that would sync every step).
+        on_device = steps_functionally(optimizer) or bool(group.get("fused") or group.get("capturable"))
+        for p in group["params"]:
+            step = optimizer.state.get(p, {}).get("step")
+            if isinstance(step, Tensor):
+                device = p.device if on_device else torch.device("cpu")
+                optimizer.state[p]["step"] = step.to(device=device, dtype=torch.float32)

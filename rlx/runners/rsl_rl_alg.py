@@ -26,6 +26,8 @@ import torch
 from tensordict import TensorDict
 from torch import Tensor, nn
 
+from rlx.members.optim import load_optimizer_state
+
 __all__ = ["ModelView", "PolicyView", "RslRlAlgorithm", "RUNNER_CHECKPOINT"]
 
 #: The ``format`` of an :class:`rlx.runners.OnPolicyRunner` checkpoint.
@@ -455,7 +457,7 @@ class RslRlAlgorithm:
             self.critic.load_state_dict(loaded_dict["critic_state_dict"], strict=strict)
         if load_cfg.get("optimizer"):
             alg = self._algorithm
-            alg._load_optimizer_state(loaded_dict["optimizer_state_dict"])
+            load_optimizer_state(alg.optimizer, loaded_dict["optimizer_state_dict"])
             lr = float(alg.optimizer.param_groups[0]["lr"])
             if alg._lr_applied is not None:  # a tensor LR: the groups get back the live one
                 for group in alg.optimizer.param_groups:
