@@ -5,8 +5,10 @@
 vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches) with
 ``compile=True``, one thread, 4 warm-up iterations; then 30 iterations with each of
 ``prepare``, ``gather``, ``update``, ``finish_statistics``, ``run_epochs`` and
-``_finish_step`` timed where step() calls them. Prints the medians of collect() and
-step() and each phase's mean time an iteration (and its calls). See docs/benchmarks.md.
+``_finish_step`` timed where step() calls them, and the rollout's ``begin``, ``steps``
+(the T loop), ``tail``, ``finish`` and ``report`` where collect() calls them. Prints the
+medians of collect() and step() and each phase's mean time an iteration (and its calls).
+See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from ppo_settings import PPOSettings  # noqa: E402
 from rlx.envs import CartPole  # noqa: E402
 
 PHASES = ("prepare", "gather", "update", "finish_statistics", "run_epochs", "_finish_step")
+ROLLOUT_PHASES = ("begin", "steps", "tail", "finish", "report")
 
 
 def main() -> None:
@@ -35,8 +38,8 @@ def main() -> None:
         algo.step()
     spent: dict[str, list[float]] = {}
 
-    def timed(name: str):
-        fn = getattr(algo, name)
+    def timed(name: str, owner=algo):
+        fn = getattr(owner, name)
 
         def call(*args, **kwargs):
             start = time.perf_counter()
@@ -48,6 +51,8 @@ def main() -> None:
 
     for name in PHASES:  # instance attributes: step() finds these first
         setattr(algo, name, timed(name))
+    for name in ROLLOUT_PHASES:
+        setattr(algo.rollout, name, timed(name, algo.rollout))
     n, collect, step = 30, [], []
     for _ in range(n):
         t0 = time.perf_counter()
