@@ -4,8 +4,8 @@
 :mod:`rlx.collect.buffer`) and its column views, the policy's per-sub-env state, the partial
 episodes carried across collects, the truncation bootstrap ``V(final_obs)``, the
 collect's device work as one CUDA graph (the T loop and the tail), and the collect
-statistics. The algorithm decides when to reset
-and what to do with the filled buffer; the rollout never touches the optimizer.
+statistics. The algorithm decides when to reset and what to do with the filled buffer;
+the rollout never touches the optimizer.
 
 Everything here follows the hot-loop rules of design.md §8: the T loop writes into
 views made once at build and never syncs with the host; statistics are built on the

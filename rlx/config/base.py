@@ -296,12 +296,14 @@ class MinibatchConfig(CommonConfig):
     #: per-kernel launch cost. Needs ``optimizer_cls`` Adam or AdamW (with seeds: each
     #: seed's :class:`~rlx.members.optim.SeedAdam` step), equal minibatches
     #: (``sgd_minibatch_size`` dividing ``num_envs * horizon``), no AMP, no gradient
-    #: accumulation, one process and tensor observations. With an env that declares ``graph_safe = True`` (the built-in envs
-    #: do; see :class:`rlx.env.Env`), all of collect's device work (acting, env steps,
-    #: buffer writes, then the values, the reward scaler and the statistics) is captured
-    #: too, one graph per mode (sampling, deterministic); other envs keep the eager T loop. Both follow one rule (:mod:`rlx.core.cuda_graphs`): 3 eager warm-up
-    #: calls, then one capture, then replays. ``"auto"`` (the default): on where all of the
-    #: above holds (on CUDA), else off, the reason named in ``algo.modes``.
+    #: accumulation, one process and tensor observations. With an env that declares
+    #: ``graph_safe = True`` (the built-in envs do; see :class:`rlx.env.Env`), all of
+    #: collect's device work (acting, env steps, buffer writes, then the values, the
+    #: reward scaler and the statistics) is captured too, one graph per mode (sampling,
+    #: deterministic); other envs keep the eager T loop. Both follow one rule
+    #: (:mod:`rlx.core.cuda_graphs`): 3 eager warm-up calls, then one capture, then
+    #: replays. ``"auto"`` (the default): on where all of the above holds (on CUDA), else
+    #: off, the reason named in ``algo.modes``.
     cudagraphs: bool | Literal["auto"] = "auto"
     #: What one CUDA graph holds when ``cudagraphs`` is on. ``"minibatch"`` (the default):
     #: each minibatch update, replayed epochs x minibatches times a step, with GAE, each
