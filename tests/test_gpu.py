@@ -513,6 +513,38 @@ def test_the_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> Non
     assert not whole.run_update_phase.captured  # the optimizer state it read was replaced
 
 
+@pytest.mark.parametrize("extra", [
+    {},
+    {"line_search": True, "normalize_obs": True, "critic_minibatch_size": 1024, "lr_schedule": [(0, 1e-3), (100_000, 1e-4)]},
+    {"num_seeds": 2, "line_search": True},
+    {"compile": True},
+], ids=["npg", "trpo_schedule", "members", "compiled"])
+def test_npgs_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> None:
+    """NPG's ``cudagraphs``: one graph holds all of its step's device work (GAE, the FVP
+    subsample, conjugate gradient, the line search's choice, the critic's epochs, the
+    statistics). Replayed, it moves the parameters and reports what the same step run
+    without graphs does on the same rollout and random numbers; it runs without a host
+    sync; a load captures it again."""
+    from rlx import NPGConfig
+    from rlx.envs import Pendulum
+
+    config = dict(num_envs=256, horizon=16, device="cuda", seed=0, **extra)
+    graphed = NPGConfig(**config, cudagraphs=True).build(Pendulum)
+    assert graphed.uses_cuda_graphs and graphed.rollout.graphed
+    for _ in range(5):  # 3 warm-ups, the capture, a replay
+        graphed.collect()
+        graphed.step()
+    assert graphed.run_update_phase.captured
+    plain = NPGConfig(**config, cudagraphs=False).build(Pendulum)
+    graphed_stats, plain_stats = _step_both_from_one_state(graphed, plain)
+    for key in ("losses/policy", "losses/vf", "monitors/kl_div", "npg/step_size"):
+        assert graphed_stats[key] == pytest.approx(plain_stats[key], rel=1e-4, abs=1e-6), key
+    for stats in _run_without_syncs(graphed):
+        assert all(isinstance(v, float) for v in stats.values())
+    graphed.load_state_dict(plain.state_dict())
+    assert not graphed.run_update_phase.captured  # the optimizer state it read was replaced
+
+
 @pytest.mark.parametrize("precision", ["fp32", "tf32"])
 def test_the_shipped_cartpole_config_solves_with_tf32_matmuls_as_with_float32(train_best, precision: str) -> None:
     """#42's precision question, asked of learning: JAX multiplies float32 matrices in

@@ -322,6 +322,11 @@ class Algorithm(MemberValues, ABC):
                                     grad_scaler=self.grad_scaler, gate=gate, running=running, lr=lr,
                                     clip_groups=self.clip_groups)
 
+    def drop_grads(self) -> None:
+        """Set every gradient to ``None``: before a CUDA graph capture, so the captured
+        backward allocates the gradients in the graph's memory pool."""
+        self.optimizer.zero_grad(set_to_none=True)
+
     def _check_buffered(self) -> None:
         if not self._buffered:
             raise RuntimeError(

@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -40,6 +40,7 @@ from rlx.core import distributed as rdist
 from rlx.algorithms.base import Algorithm
 from rlx.algorithms.minibatches import cat_passes, micro_batch_rows, pass_rows, passes
 from rlx.core.compiling import compiled
+from rlx.core.cuda_graphs import GraphedCall
 from rlx.core.config_fields import ConfigError
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
 from rlx.core.distributions import Distribution
@@ -108,6 +109,7 @@ class NPG(Algorithm):
     """NPG / TRPO; build it with ``NPGConfig(...).build(env_cls)``."""
 
     config: NPGConfig
+    captures = True  # cudagraphs captures its whole step
 
     def __init__(self, env_cls: EnvFactory, config: NPGConfig) -> None:
         super().__init__(env_cls, config)
@@ -130,6 +132,8 @@ class NPG(Algorithm):
         self._value_fn = getattr(model, "value", None) or (lambda o: model(o)[1])
         #: A pass's critic loss (forward and loss; autograd's backward): compiled with ``compile``.
         self._critic_loss = compiled(self._critic_losses, device=self.device, dynamic=None) if self.compiles else self._critic_losses
+        #: What step() runs on the device: :meth:`update_phase`, through one CUDA graph with ``cudagraphs``.
+        self.run_update_phase = self._wrapped_phase()
 
     def _optimized_parameters(self) -> list[nn.Parameter]:
         sample = self.env.observation_spec.rand((2 * self.num_seeds,)).to(self.device)  # whole members
@@ -200,16 +204,29 @@ class NPG(Algorithm):
         """
         self._check_buffered()
         start = time.perf_counter()
+        lr, hparams = self.lr, self.hparam_stats()
+        stats = self.run_update_phase()
+        self._finish_step(obs_statistics=False)  # the phase merged them
+        host = stats.to_host()  # SYNC: the stats of step()
+        out = {**{k: v for k, v in host.items() if k != "params/finite"}, "monitors/lr": lr, **hparams,
+               "profiling/step_ms": 1e3 * (time.perf_counter() - start)}
+        self._check_params_finite(host, out)
+        return out
+
+    def update_phase(self) -> Stats:
+        """All of step()'s work on the device: GAE, the natural step on the actor, the
+        critic's regression, the rollout's observations merged into the normalizer, and
+        the statistics (returned still on the device). The host decides nothing inside
+        it, so one CUDA graph holds it whole (``cudagraphs``)."""
         self.compute_advantages()
         batch = self.flat_batch()
         advantages = batch[ADVANTAGES]
         if self.config.normalize_advantages:
             advantages = self.members.normalize(advantages)
-        lr, hparams = self.lr, self.hparam_stats()
         samples = Samples(self.policy.normalize(batch[OBS]), batch[OBS], batch[ACTIONS], batch[LOGP], advantages)
         actor = self.natural_step(samples)
         vf_loss = self._fit_critic(samples.obs_normalized, batch[RETURNS])
-        self._finish_step()
+        self.update_obs_statistics()
         stats = Stats()
         add, lead = self.members.stats(stats), self.members.lead
         for name, value in (("losses/policy", actor.policy_loss), ("losses/vf", vf_loss),
@@ -220,11 +237,18 @@ class NPG(Algorithm):
             add(name, value.float().reshape(lead))  # [S]: a single run's as 0-d
         self.members.add_activity(stats)
         stats.add("params/finite", self._params_finite(), "min")
-        host = stats.to_host()  # SYNC: the stats of step()
-        out = {**{k: v for k, v in host.items() if k != "params/finite"}, "monitors/lr": lr, **hparams,
-               "profiling/step_ms": 1e3 * (time.perf_counter() - start)}
-        self._check_params_finite(host, out)
-        return out
+        return stats
+
+    def _wrapped_phase(self) -> Callable[[], Stats]:
+        """:meth:`update_phase`, captured whole in a CUDA graph with ``cudagraphs`` (again
+        after each load: a captured graph reads the optimizer state it was captured with)."""
+        if not self.uses_cuda_graphs:
+            return self.update_phase
+        return GraphedCall(self.update_phase, self.device, before_capture=self.drop_grads)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.run_update_phase = self._wrapped_phase()
 
     def natural_step(self, samples: Samples) -> NaturalStep:
         """``θ += step · (F + λ I)⁻¹ g`` on the actor, each member's row of ``[S, P]``, with

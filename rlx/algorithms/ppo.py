@@ -171,7 +171,7 @@ class PPO(Epochs, Algorithm):
             adam_state(self.optimizer, self._update_params)
         if not self.uses_cuda_graphs or self.graphs_whole_step:
             return update
-        return GraphedBatchCall(update, self.device, before_capture=lambda: self.optimizer.zero_grad(set_to_none=True))
+        return GraphedBatchCall(update, self.device, before_capture=self.drop_grads)
 
     @property
     def graphs_whole_step(self) -> bool:
@@ -184,7 +184,7 @@ class PPO(Epochs, Algorithm):
         if not self.graphs_whole_step:
             return self.update_phase
         assert not self.sync_kl_stop  # the graph holds every epoch: the KL stop gates on the device
-        return GraphedCall(self.update_phase, self.device, before_capture=lambda: self.optimizer.zero_grad(set_to_none=True))
+        return GraphedCall(self.update_phase, self.device, before_capture=self.drop_grads)
 
     @property
     def needs_tensor_lr(self) -> bool:

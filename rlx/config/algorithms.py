@@ -15,6 +15,8 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Literal
 
+import torch
+
 from rlx.algorithms.a2c import A2C, RecurrentA2C
 from rlx.algorithms.base import Algorithm
 from rlx.algorithms.distillation import Distillation
@@ -297,11 +299,23 @@ class NPGConfig(CommonConfig):
     #: serves later runs). Not under torch.distributed. ``"auto"`` (the default) leaves
     #: it off (:mod:`rlx.algorithms.modes`).
     compile: bool | Literal["auto"] = "auto"
+    #: CUDA only: capture all of ``step()``'s device work (GAE, the natural step, the
+    #: critic's regression, the statistics) in one CUDA graph, replayed once a step, and
+    #: with a graph-safe env collect's device work too, as PPO's ``cudagraphs`` does.
+    #: Needs ``optimizer_cls`` Adam or AdamW for the critic (a capturable step, its LR
+    #: on the device), no ``enable_amp``, one process and a feedforward policy. Off by
+    #: default until a GPU has run ``tests/test_gpu.py``'s NPG capture test; ``"auto"``:
+    #: on where it can run, else off, the reason named in ``algo.modes``.
+    cudagraphs: bool | Literal["auto"] = False
 
     def __post_init__(self) -> None:
         super().__post_init__()
         check_int(self, "micro_batch_size", minimum=0, allow_none=True)
         check_mode(self, "compile")
+        check_mode(self, "cudagraphs")
+        why = self.cudagraphs_blocker() if self.cudagraphs is True else None
+        if why is not None:
+            fail(self, "cudagraphs", why)
         check_float(self, "max_kl", low=0.0, low_open=True)
         if self.step_size_rule not in ("kl", "fixed"):
             fail(self, "step_size_rule", f"must be 'kl' or 'fixed', got {self.step_size_rule!r}")
@@ -317,6 +331,15 @@ class NPGConfig(CommonConfig):
             fail(self, "backtrack_coeff", "must be < 1, got 1.0")
         check_int(self, "optim_critic_iters")
         self._check_minibatch_size("critic_minibatch_size")
+
+    def cudagraphs_blocker(self) -> str | None:
+        """Why these fields rule out ``cudagraphs`` (``None``: they allow it)."""
+        if self.enable_amp:
+            return "cannot be combined with enable_amp"
+        if self.optimizer_cls not in (torch.optim.Adam, torch.optim.AdamW):
+            return (f"needs optimizer_cls torch.optim.Adam or AdamW for the critic (the captured step reads its "
+                    f"learning rate on the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
+        return None
 
     @property
     def fvp_batch_size(self) -> int:

@@ -59,13 +59,22 @@ class CaptureCheck(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple = (), kwargs: dict | None = None) -> Any:
         self.ops.add(str(func.overloadpacket))
-        for x in tree_leaves((args, kwargs)):
-            if isinstance(x, torch.Tensor):
-                ptr = x.untyped_storage().data_ptr()
-                if ptr not in self._made:
-                    self.external.add(ptr)
+        for ptr in _storages((args, kwargs)):
+            if ptr not in self._made:
+                self.external.add(ptr)
         out = func(*args, **(kwargs or {}))
-        for x in tree_leaves(out):
-            if isinstance(x, torch.Tensor):
-                self._made.add(x.untyped_storage().data_ptr())
+        self._made.update(_storages(out))
         return out
+
+
+def _storages(tree: Any) -> list[int]:
+    """The data pointers of the tensors in ``tree`` that own memory (a functorch wrapper,
+    under ``vmap`` or ``grad``, has none: the tensor it wraps is dispatched on its own)."""
+    ptrs = []
+    for x in tree_leaves(tree):
+        if isinstance(x, torch.Tensor):
+            try:
+                ptrs.append(x.untyped_storage().data_ptr())
+            except RuntimeError:
+                continue
+    return ptrs

@@ -192,9 +192,10 @@ class Members:
         return index
 
     def subsample(self, rows: int, n: int) -> Tensor:
-        """``n`` random rows of every member (of ``rows`` per member), seed-major."""
+        """``n`` random rows of every member (of ``rows`` per member), seed-major; drawn as
+        :meth:`epoch_order` draws, in a way a CUDA graph can hold."""
         if self.size == 1:
-            return torch.randperm(rows, device=self.device)[:n]
+            return self.epoch_order(rows, rows, shuffle=True)[:n]
         order = torch.rand(self.size, rows, device=self.device).argsort(dim=1)[:, :n]
         return (order + torch.arange(self.size, device=self.device).unsqueeze(1) * rows).reshape(-1)
 

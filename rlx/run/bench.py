@@ -123,7 +123,8 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
         config = A2CConfig(**common, cudagraphs=cudagraphs, compile=compile)  # one whole-rollout step
         epochs = 1
     else:
-        config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768), compile=compile)
+        config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768), compile=compile,
+                           cudagraphs=cudagraphs)
         epochs = 1
     if cudagraphs:
         # Time replays only: the capture runs in the collect after the eager warm-ups.
@@ -174,7 +175,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="PPO: agents trained at once (num_seeds), each with B envs, e.g. 1 4 16 64 (default 1); "
                         "throughputs count every seed's env steps")
     parser.add_argument("--amp", action="store_true", help="mixed precision (bf16; fp16 on a GPU before Ampere)")
-    parser.add_argument("--cudagraphs", action="store_true", help="PPO: CUDA-graph the minibatch update, and collect's T loop for graph-safe envs")
+    parser.add_argument("--cudagraphs", action="store_true", help="PPO and A2C: CUDA-graph the minibatch update, NPG its whole step, and collect's device work for graph-safe envs")
     parser.add_argument("--compile", action="store_true",
                         help="compile=True (PPO, A2C, NPG; warm-up iterations include compiling)")
     parser.add_argument("--iters", type=int, default=5, help="timed iterations per point, after warm-up (default 5)")

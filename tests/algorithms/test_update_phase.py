@@ -88,3 +88,37 @@ def test_the_update_phase_reads_the_same_tensors_every_step(extra: dict) -> None
         algo.collect()
         algo.step()
     assert reads[1] == reads[2], (len(reads[1] ^ reads[2]), len(reads[1]))
+
+
+@pytest.mark.parametrize("extra", [
+    {},
+    {"line_search": True, "normalize_obs": True, "normalize_rewards": True, "critic_minibatch_size": 64,
+     "lr_schedule": [(0, 1e-3), (10_000, 1e-4)]},
+    {"num_seeds": 2, "line_search": True, "member_hparams": {"max_kl": [0.01, 0.02]}},
+], ids=["npg", "trpo", "members"])
+def test_npgs_update_phase_reads_nothing_back_and_the_same_tensors_every_step(extra: dict) -> None:
+    """NPG's ``cudagraphs`` captures all of its step's device work
+    (:meth:`rlx.algorithms.npg.NPG.update_phase`: GAE, the FVP subsample, conjugate
+    gradient, the line search's choice, the critic's epochs, the statistics): it runs no
+    host read or upload, and two steps read the same storages from outside it."""
+    from rlx import NPGConfig
+    from rlx.envs import Pendulum
+
+    algo = NPGConfig(num_envs=16, horizon=16, device="cpu", seed=0, model_config={"hiddens": [16, 16]},
+                     **extra).build(Pendulum)
+    reads, phase = [], algo.run_update_phase
+    assert phase == algo.update_phase  # no CUDA: no graph
+
+    def watched():
+        with CaptureCheck() as check:
+            out = phase()
+        assert not check.host_ops, sorted(check.host_ops)
+        reads.append(check.external)
+        return out
+
+    algo.run_update_phase = watched  # step() runs its host part around it as always
+    for _ in range(3):
+        algo.collect()
+        out = algo.step()
+    assert reads[1] == reads[2], (len(reads[1] ^ reads[2]), len(reads[1]))
+    assert "npg/step_size" in out and "losses/vf" in out
