@@ -15,8 +15,6 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Literal
 
-import torch
-
 from rlx.algorithms.a2c import A2C, RecurrentA2C
 from rlx.algorithms.base import Algorithm
 from rlx.algorithms.distillation import Distillation
@@ -302,8 +300,8 @@ class NPGConfig(CommonConfig):
     #: CUDA only: capture all of ``step()``'s device work (GAE, the natural step, the
     #: critic's regression, the statistics) in one CUDA graph, replayed once a step, and
     #: with a graph-safe env collect's device work too, as PPO's ``cudagraphs`` does.
-    #: Needs ``optimizer_cls`` Adam or AdamW for the critic (a capturable step, its LR
-    #: on the device), no ``enable_amp``, one process and a feedforward policy. Off by
+    #: Needs ``optimizer_cls`` Adam or AdamW (the critic's; a capturable step, its LR on
+    #: the device), no ``enable_amp``, one process and a feedforward policy. Off by
     #: default until a GPU has run ``tests/test_gpu.py``'s NPG capture test; ``"auto"``:
     #: on where it can run, else off, the reason named in ``algo.modes``.
     cudagraphs: bool | Literal["auto"] = False
@@ -331,15 +329,6 @@ class NPGConfig(CommonConfig):
             fail(self, "backtrack_coeff", "must be < 1, got 1.0")
         check_int(self, "optim_critic_iters")
         self._check_minibatch_size("critic_minibatch_size")
-
-    def cudagraphs_blocker(self) -> str | None:
-        """Why these fields rule out ``cudagraphs`` (``None``: they allow it)."""
-        if self.enable_amp:
-            return "cannot be combined with enable_amp"
-        if self.optimizer_cls not in (torch.optim.Adam, torch.optim.AdamW):
-            return (f"needs optimizer_cls torch.optim.Adam or AdamW for the critic (the captured step reads its "
-                    f"learning rate on the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
-        return None
 
     @property
     def fvp_batch_size(self) -> int:

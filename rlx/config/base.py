@@ -228,6 +228,16 @@ class CommonConfig:
         """Samples per collect, ``N = B * T``."""
         return self.num_envs * self.horizon
 
+    def cudagraphs_blocker(self) -> str | None:
+        """Why these fields rule out a ``cudagraphs`` field (``None``: they allow it): what
+        a ``True`` refuses and what ``"auto"`` falls back on, by name."""
+        if self.enable_amp:
+            return "cannot be combined with enable_amp"
+        if self.optimizer_cls not in (torch.optim.Adam, torch.optim.AdamW):
+            return (f"needs optimizer_cls torch.optim.Adam or AdamW (the captured step reads its learning rate on "
+                    f"the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
+        return None
+
     #: The algorithm class :meth:`build` constructs (set by each config class).
     algorithm_cls: ClassVar[type[Algorithm]]
 
@@ -344,13 +354,11 @@ class MinibatchConfig(CommonConfig):
             fail(self, "cudagraphs", why)
 
     def cudagraphs_blocker(self) -> str | None:
-        """Why these fields rule out ``cudagraphs`` (``None``: they allow it): what a
-        ``True`` refuses and what ``"auto"`` falls back on, by name."""
         if self.enable_amp or self.accumulate_grads:
             return "cannot be combined with enable_amp or accumulate_grads"
-        if self.optimizer_cls not in (torch.optim.Adam, torch.optim.AdamW):
-            return (f"needs optimizer_cls torch.optim.Adam or AdamW (the captured step reads its learning rate on "
-                    f"the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
+        why = super().cudagraphs_blocker()
+        if why is not None:
+            return why
         if self.buffer_size % self.minibatch_size:
             return (f"needs equal minibatches: sgd_minibatch_size={self.minibatch_size} must divide "
                     f"num_envs * horizon = {self.buffer_size}")

@@ -103,6 +103,24 @@ def test_cudagraphs_needs_equal_minibatches_and_no_amp() -> None:
             AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, device="cpu").build(CartPole)
 
 
+def test_npgs_cudagraphs_needs_adam_for_the_critic_and_no_amp() -> None:
+    """NPG captures its whole step: no minibatch condition, the critic's optimizer and AMP
+    refused by name; off by default, and "auto" falls back on a CPU, saying why."""
+    from rlx import NPGConfig
+    from rlx.envs import Pendulum
+
+    with pytest.raises(ValueError, match=r"NPGConfig.cudagraphs: cannot be combined with enable_amp"):
+        NPGConfig(num_envs=10, horizon=10, cudagraphs=True, enable_amp=True)
+    with pytest.raises(ValueError, match=r"NPGConfig.cudagraphs: needs optimizer_cls torch.optim.Adam or AdamW .*, got SGD"):
+        NPGConfig(num_envs=10, horizon=10, cudagraphs=True, optimizer_cls=torch.optim.SGD)
+    with pytest.raises(ValueError, match=r"NPGConfig.cudagraphs: must be"):
+        NPGConfig(num_envs=10, horizon=10, cudagraphs="yes")
+    assert NPGConfig().cudagraphs is False
+    algo = NPGConfig(num_envs=10, horizon=10, cudagraphs="auto", device="cpu").build(Pendulum)
+    assert not algo.uses_cuda_graphs and algo.modes.notes["cudagraphs"] == "off (auto: needs a CUDA device, got cpu)"
+    assert algo.run_update_phase == algo.update_phase
+
+
 def test_cudagraphs_scope_is_minibatch_or_step() -> None:
     with pytest.raises(ValueError, match=r"AlgorithmConfig.cudagraphs_scope: must be 'minibatch' or 'step', got 'epoch'"):
         AlgorithmConfig(num_envs=10, horizon=10, cudagraphs_scope="epoch")
