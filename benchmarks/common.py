@@ -122,12 +122,28 @@ def run_fields() -> dict[str, str]:
     return {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "torch": torch_version, "cpu": cpu}
 
 
-def jax_on_cpu_threads(threads: int) -> None:
-    """Run JAX on the CPU with ``threads`` threads (XLA's Eigen pool off): call before
-    JAX is imported, to compare it with torch at ``torch.set_num_threads(threads)``."""
+def jax_on_cpu_threads(threads: int) -> list[int] | None:
+    """Run JAX on the CPU with ``threads`` threads (XLA's Eigen pool off) and pin this
+    process to ``threads`` CPUs: call before JAX is imported, to compare it with torch at
+    ``torch.set_num_threads(threads)``.
+
+    The flags alone do not hold XLA to ``threads``: its CPU runtime runs work on threads
+    of its own (on a 2-core machine at ``threads=1``, the warm vs_jax program kept 1.3-1.5
+    cores busy, measured with ``getrusage``). The affinity mask does; torch, in the same
+    process, gets the same CPUs, so both sides of a side-by-side run share them.
+
+    Returns:
+        The CPUs the process is pinned to, or ``None`` where the OS has no affinity
+        masks (the flags are then all that holds JAX).
+    """
     os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " --xla_cpu_multi_thread_eigen=false"
                                f" intra_op_parallelism_threads={threads}").strip()
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    cpus = sorted(os.sched_getaffinity(0))[:threads]
+    os.sched_setaffinity(0, cpus)
+    return cpus
 
 
 def results_path(name: str, folder: Path = RESULTS) -> Path:

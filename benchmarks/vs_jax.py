@@ -26,8 +26,10 @@ Every row names its matmul precision (``float32``, or ``tf32`` where CUDA's TF32
 are on: JAX's default on these GPUs is TF32 for float32 matmuls).
 
 Medians over rounds; ``rlx / JAX`` is each rlx mode's env steps/s over JAX's from the
-same round. On a CPU, ``--threads 1`` gives each side one thread (XLA's Eigen pool is
-switched off via ``XLA_FLAGS``, set before JAX is imported). Needs the ``jax`` extra
+same round. On a CPU, ``--threads 1`` gives each side one thread and one core: XLA's Eigen
+pool is switched off via ``XLA_FLAGS``, set before JAX is imported, and the process is
+pinned to one CPU (XLA's runtime kept 1.3-1.5 cores busy with the flags alone; rows
+before 2026-11-27's ``pinned_cpus`` field ran unpinned). Needs the ``jax`` extra
 (``pip install -e '.[jax]'``). Results: ``benchmarks/results/vs_jax_<device>.jsonl``.
 """
 
@@ -153,15 +155,17 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
+    pinned = None
     if args.device == "cpu":
         from common import jax_on_cpu_threads
 
-        jax_on_cpu_threads(args.threads)
+        pinned = jax_on_cpu_threads(args.threads)
     rows = run(args.device, args.num_envs, args.minibatches, args.modes, args.iterations, args.rounds, args.threads)
     from common import append_results, results_path
 
     out = args.out or results_path(f"vs_jax_{args.device}")
-    append_results(out, rows, threads=args.threads)
+    extra = {"pinned_cpus": len(pinned) if pinned else None} if args.device == "cpu" else {}
+    append_results(out, rows, threads=args.threads, **extra)
     print(f"results: {out}")
 
 

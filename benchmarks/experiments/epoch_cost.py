@@ -2,7 +2,8 @@
 
     python benchmarks/experiments/epoch_cost.py [--num-envs 64 1024] [--rounds 3]
 
-vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 minibatches), one thread, rlx with
+vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 minibatches), one thread on one pinned
+core (:func:`common.jax_on_cpu_threads`), rlx with
 ``compile=True`` and JAX timed warm, each run with 1 and with 4 epochs in the same
 process. An iteration's time is ``fixed + epochs * per_epoch``, so
 ``per_epoch = (t4 - t1) / 3`` (the epoch's 4 minibatch updates and its gather) and
