@@ -4,8 +4,10 @@
 
 vs_jax's setting (CartPole, T = 32, 64x64 tanh, 4 epochs x 4 minibatches, Adam), one
 ``collect()`` + ``step()`` after warm-up, recorded with :mod:`torch.profiler`. A
-compiled-program call is one "Torch-Compiled Region"; an eager op is an ``aten::`` op
-that runs outside every compiled region and outside another aten op (``aten::linear``
+compiled-program call is one call of an inductor program ("## Call CompiledFxGraph",
+through dynamo's "Torch-Compiled Region" or directly, as
+:class:`rlx.core.compiling.WarmProgram` calls its programs); an eager op is an ``aten::``
+op that runs outside every program and outside another aten op (``aten::linear``
 counts once, not with the ``aten::addmm`` it calls). Counts, not times: they do not
 drift with the machine, and on a GPU each eager op is at least one kernel launch and
 one Python dispatch. :func:`count_dispatches` is what ``tests/test_dispatch_counts.py``
@@ -26,6 +28,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 REGION = "Torch-Compiled Region"
+PROGRAM = "## Call CompiledFxGraph"
 
 
 def vs_jax_config(num_envs: int, compile: bool, device: str = "cpu"):
@@ -47,14 +50,14 @@ def count_dispatches(algo, warmup: int = 3) -> dict:
     ops: collections.Counter[str] = collections.Counter()
     programs = 0
     for evt in prof.events():
-        if evt.name.startswith(REGION) or evt.name == REGION:
+        if evt.name.startswith(PROGRAM):
             programs += 1
             continue
         if not evt.name.startswith("aten::"):
             continue
         parent, inside = evt.cpu_parent, False
         while parent is not None:
-            if parent.name.startswith("aten::") or parent.name.startswith(REGION):
+            if parent.name.startswith(("aten::", REGION, PROGRAM)):
                 inside = True
                 break
             parent = parent.cpu_parent

@@ -9,9 +9,10 @@ columns as inputs would alias one another, and torch 2.13 then writes a reused p
 outputs at the offsets of its first call.) Observation groups (a TensorDict) keep one
 program per step, on that step's column views.
 
-After a mode's (sampling, deterministic) first run, every call sees the tensors it was
-compiled for, at the same addresses, as a CUDA graph replay does: dynamo's per-call guard
-checks are skipped (:func:`rlx.core.compiling.call_warm`).
+Each mode (sampling, deterministic) is compiled once, ahead of its first run; every call
+sees the tensors it was compiled for, at the same addresses, as a CUDA graph replay
+does, and calls the program directly, without dynamo's per-call frame evaluation and
+guard checks (:class:`rlx.core.compiling.WarmProgram`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import torch
 from torch import Tensor
 
 from rlx.collect.buffer import ACTIONS, LOGP, VALUES
-from rlx.core.compiling import call_warm, compiled
+from rlx.core.compiling import WarmProgram
 from rlx.env import FINAL_OBS, OBS, REWARDS, TERMINATED, TRUNCATED
 
 if TYPE_CHECKING:
@@ -46,28 +47,25 @@ class CompiledTLoop:
     def __init__(self, rollout: Rollout) -> None:
         self.rollout = rollout
         buf, T = rollout.buffer, rollout.horizon
-        self._warm_modes: set[bool] = set()
         #: The first step of each program's group (``None``: one program per step).
         self.starts: list[Tensor] | None = None
         self.steps_per_program = 1
         if not isinstance(buf.get(OBS), Tensor):
-            self.program = compiled(self._write_step, device=rollout.device)
+            self.program = WarmProgram(self._write_step, device=rollout.device)
             return
         K = self.steps_per_program = max(k for k in range(1, STEPS_PER_PROGRAM + 1) if T % k == 0)
         self.starts = [torch.tensor(t, device=rollout.device) for t in range(0, T, K)]
         keys = [OBS, ACTIONS, LOGP, VALUES, REWARDS, TERMINATED, TRUNCATED] + ([FINAL_OBS] if rollout.truncates else [])
         self._columns = {key: buf.get(key) for key in keys}
-        self.program = compiled(self.write_steps, device=rollout.device)
+        self.program = WarmProgram(self.write_steps, device=rollout.device)
 
     def __call__(self, deterministic: bool) -> None:
-        warm = deterministic in self._warm_modes
         if self.starts is not None:
             for start in self.starts:
-                call_warm(self.program, start, deterministic, warm=warm)
+                self.program(deterministic, start, deterministic)
         else:
             for c in self.rollout.columns:
-                call_warm(self.program, c, deterministic, warm=warm)
-        self._warm_modes.add(deterministic)
+                self.program(deterministic, c, deterministic)
 
     def _write_step(self, c: StepColumns, deterministic: bool) -> None:
         self.rollout.write_step(c, deterministic)

@@ -21,13 +21,19 @@ Options apply to rlx's compiled functions only, never to the process's other
 by default under the system's temporary directory), so a second run of the same program
 loads its kernels instead of compiling them.
 
-:func:`call_warm` calls a compiled function without dynamo's per-call guard checks, for
-callers that know its inputs are those it was compiled for (the compiled update's warm
-minibatch layouts, a graph-safe env's T loop).
+A :class:`WarmProgram` is called with a layout (the caller's key for what tells its
+programs apart: the compiled update's minibatch shapes, the T loop's mode): it compiles one
+program per layout ahead of its first call (``torch.compile(fullgraph=True).aot_compile``)
+and calls it directly afterwards, without dynamo: no frame evaluation, no cache lookup, no
+guards. That is for callers that know their inputs keep their shapes and identity between
+calls (the compiled update, a graph-safe env's T loop), as a CUDA graph does. Where a
+program cannot be compiled ahead (a graph break; a torch without ``aot_compile``) the
+layout's calls go through dynamo, its guard checks skipped once warm (:func:`call_warm`).
 """
 
 from __future__ import annotations
 
+import functools
 import itertools
 import types
 from collections.abc import Callable
@@ -35,7 +41,7 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["CPU_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "CompiledCall", "call_warm", "compiled"]
+__all__ = ["CPU_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "CompiledCall", "WarmProgram", "call_warm", "compiled"]
 
 #: Inductor options of every function rlx compiles.
 INDUCTOR_OPTIONS: dict[str, Any] = {"cpp.use_decompose_tanh": True}
@@ -74,6 +80,10 @@ def _own_code(fn: Any) -> Any:
     return types.MethodType(copy, fn.__self__) if hasattr(fn, "__self__") and fn is not func else copy
 
 
+def _options(device: torch.device | str) -> dict[str, Any]:
+    return INDUCTOR_OPTIONS | (CPU_INDUCTOR_OPTIONS if torch.device(device).type == "cpu" else {})
+
+
 def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False, autograd: bool = False) -> F:
     """``torch.compile(fn)`` with :data:`INDUCTOR_OPTIONS` (and on a CPU
     :data:`CPU_INDUCTOR_OPTIONS`), over a cache of its own; ``device`` is where ``fn``'s
@@ -83,8 +93,7 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
     ``torch.autograd.grad``: dynamo's ``trace_autograd_ops``, set for its calls only), so a
     function that takes a gradient and steps on it (PPO's minibatch update) compiles as
     one program rather than breaking at the backward pass."""
-    options = INDUCTOR_OPTIONS | (CPU_INDUCTOR_OPTIONS if torch.device(device).type == "cpu" else {})
-    program = torch.compile(_own_code(fn), dynamic=dynamic, options=options)
+    program = torch.compile(_own_code(fn), dynamic=dynamic, options=_options(device))
     if not autograd:
         return program  # type: ignore[return-value]
     config = torch._dynamo.config
@@ -111,27 +120,108 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
     return call  # type: ignore[return-value]
 
 
-class CompiledCall:
-    """``fn(batch, **options)`` compiled (:func:`compiled`, autograd traced), with dynamo's per-call guard
-    checks skipped (:func:`call_warm`) once a call with the same layout has run: the
-    batch's keys, shapes and dtypes, the options' values (a tensor option by presence)
-    and the grad mode. The rest of what ``fn`` reads (parameters, optimizer state, device
-    tensors of hyperparameters) keeps its shapes and identity between calls; a new
-    layout (the last, smaller minibatch) is checked, and compiled, once.
+class WarmProgram:
+    """``fn`` compiled once per layout and then called without dynamo.
 
-    Skipping the checks saves their cost over the update's ~60 tensors: 90 us a call at
-    B = 64, 250 us at B = 1024 on one CPU core."""
+    ``program(layout, *args, **kwargs)`` runs ``fn(*args, **kwargs)``. ``layout`` is the
+    caller's hashable key for what its calls may differ in (shapes, dtypes, options that
+    change the program); with it, the grad mode and autocast state. The first call with a
+    key compiles ``fn`` whole for those arguments
+    (``torch.compile(fullgraph=True).aot_compile``, rlx's options, autograd traced with
+    ``autograd``, see :func:`compiled`); every later call with it runs that program
+    directly. The caller guarantees what dynamo's guards would check: the rest of what
+    ``fn`` reads (parameters, optimizer state, buffers, device tensors of hyperparameters)
+    keeps its shapes, dtypes, ``requires_grad`` and Python values between calls (nothing
+    checks them: a program traced on other values would run silently); tensors may be replaced by
+    others of the same shape and dtype (a reloaded optimizer state), since the program
+    reads them from their owners at each call.
+
+    Dynamo's own path costs a compiled call on a CPU its frame evaluation and cache
+    lookup even with guards skipped: calling the program directly made an iteration of
+    vs_jax's CartPole PPO at B = 64 (24 such calls an iteration) 17% faster, bit for bit
+    the same (``benchmarks/experiments/warm_programs.py``). Where ``fn`` cannot be
+    compiled that way (a graph break; a torch without ``aot_compile``), that layout runs
+    through :func:`compiled` and :func:`call_warm` instead; :attr:`fallback` says why.
+    """
+
+    def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False,
+                 autograd: bool = False) -> None:
+        self.source, self.device, self.dynamic, self.autograd = fn, device, dynamic, autograd
+        #: The compiled program of each key (layout, grad mode, autocast state).
+        self.programs: dict[tuple, Callable[..., Any]] = {}
+        #: Why the last layout not compiled ahead was not (``None``: every one was).
+        self.fallback: str | None = None
+        self._dynamo: Callable[..., Any] | None = None  # compiled(fn): made on the first fallback
+
+    def __call__(self, layout: Any, *args: Any, **kwargs: Any) -> Any:
+        key = (layout, *_global_state(self.device))
+        program = self.programs.get(key)
+        if program is None:
+            program = self.programs[key] = self._compile(args, kwargs)
+        return program(*args, **kwargs)
+
+    def _compile(self, args: tuple, kwargs: dict[str, Any]) -> Callable[..., Any]:
+        own = _own_code(self.source)
+        bound = getattr(own, "__self__", None) if hasattr(own, "__func__") else None
+        func = own.__func__ if bound is not None else own
+        try:
+            # No guards: its calls check none (the caller's layout is the check), and
+            # keeping them would pickle what they read (the algorithm, with its other programs).
+            options = _options(self.device) | {"guard_filter_fn": _no_guards}
+            ahead = torch.compile(func, fullgraph=True, dynamic=self.dynamic, options=options)
+            with torch._dynamo.config.patch(trace_autograd_ops=self.autograd):
+                program = ahead.aot_compile((((bound,) if bound is not None else ()) + args, kwargs))
+            program.disable_guard_check()
+        except (AttributeError, RuntimeError, torch._dynamo.exc.Unsupported) as e:
+            self.fallback = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+            return self._through_dynamo()
+        return functools.partial(program, bound) if bound is not None else program
+
+    def _through_dynamo(self) -> Callable[..., Any]:
+        if self._dynamo is None:
+            self._dynamo = compiled(self.source, device=self.device, dynamic=self.dynamic, autograd=self.autograd)
+        fn, warm = self._dynamo, False
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            nonlocal warm
+            out = call_warm(fn, *args, warm=warm, **kwargs)
+            warm = True
+            return out
+
+        return call
+
+
+def _no_guards(entries: Any) -> list[bool]:
+    return [False] * len(entries)
+
+
+def _global_state(device: torch.device | str) -> tuple:
+    """What a compiled program bakes in besides its inputs: the grad mode and the autocast
+    state of ``device``'s type."""
+    kind = torch.device(device).type
+    autocast = torch.is_autocast_enabled(kind)
+    return torch.is_grad_enabled(), autocast, torch.get_autocast_dtype(kind) if autocast else None
+
+
+class CompiledCall:
+    """``fn(batch, **options)`` compiled whole (autograd traced), one
+    :class:`WarmProgram` per layout: the batch's keys, shapes and dtypes and the options'
+    values (a tensor option by presence). The rest of what ``fn`` reads (parameters,
+    optimizer state, device tensors of hyperparameters) keeps its shapes and dtypes
+    between calls; a new layout (the last, smaller minibatch) is compiled once."""
 
     def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False) -> None:
-        self.fn = compiled(fn, device=device, dynamic=dynamic, autograd=True)
-        self._warm: set[tuple] = set()
+        self.program = WarmProgram(fn, device=device, dynamic=dynamic, autograd=True)
 
     def __call__(self, batch: Any, **options: Any) -> Any:
-        layout = (torch.is_grad_enabled(), *((k, x.shape, getattr(x, "dtype", None)) for k, x in batch.items()),
+        layout = (*((k, x.shape, getattr(x, "dtype", None)) for k, x in batch.items()),
                   *((k, v if not isinstance(v, torch.Tensor) else torch.Tensor) for k, v in sorted(options.items())))
-        out = call_warm(self.fn, batch, warm=layout in self._warm, **options)
-        self._warm.add(layout)
-        return out
+        return self.program(layout, batch, **options)
+
+    @property
+    def layouts(self) -> int:
+        """How many programs it has compiled (layouts, each in each grad mode and autocast state)."""
+        return len(self.program.programs)
 
 
 def call_warm(fn: Callable[..., Any], *args: Any, warm: bool = True, **kwargs: Any) -> Any:

@@ -1,5 +1,6 @@
-"""rlx.core.compiling: each compiled function's own dynamo cache, and warm calls that fall
-back to checking every guard instead of failing."""
+"""rlx.core.compiling: each compiled function's own dynamo cache, warm calls that fall back
+to checking every guard instead of failing, and programs compiled per layout and called
+without dynamo."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from rlx.core import compiling
-from rlx.core.compiling import call_warm, compiled
+from rlx.core.compiling import WarmProgram, call_warm, compiled
 
 
 @pytest.fixture(autouse=True)
@@ -64,3 +65,62 @@ def test_decorated_methods_get_a_cache_of_their_own_too() -> None:
         torch.testing.assert_close(y, x.detach() * k + 1)
         assert not y.requires_grad
     assert counters["stats"]["unique_graphs"] == 12
+
+
+class Weighted:
+    def __init__(self) -> None:
+        self.w = torch.full((3,), 2.0)
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(x * self.w).sum(-1)
+
+    def broken(self, x: torch.Tensor) -> torch.Tensor:
+        y = x * self.w
+        torch._dynamo.graph_break()  # what an env that calls into numpy would do
+        return y - self.w
+
+
+def _regions(fn) -> dict[str, int]:
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    names = [e.name for e in prof.events()]
+    return {kind: sum(n.startswith(kind) for n in names) for kind in ("Torch-Compiled Region", "## Call CompiledFxGraph")}
+
+
+def test_a_warm_program_runs_its_compiled_program_without_dynamo() -> None:
+    model, x = Weighted(), torch.randn(4, 3)
+    program = WarmProgram(model.apply, device="cpu")
+    torch.testing.assert_close(program("rows=4", x), model.apply(x))
+    assert program.fallback is None and len(program.programs) == 1
+    # The program itself runs (one inductor call) and dynamo's frame evaluation does not.
+    assert _regions(lambda: program("rows=4", x)) == {"Torch-Compiled Region": 0, "## Call CompiledFxGraph": 1}
+    # What it reads from its owner is read at each call: a replaced tensor of the same shape is seen.
+    model.w = torch.full((3,), -0.5)
+    torch.testing.assert_close(program("rows=4", x), model.apply(x))
+
+
+def test_a_warm_program_compiles_each_layout_and_grad_mode_once() -> None:
+    model = Weighted()
+    model.w.requires_grad_(True)
+    program = WarmProgram(model.apply, device="cpu")
+    x, y = torch.randn(4, 3), torch.randn(2, 5, 3)
+    for _ in range(2):
+        torch.testing.assert_close(program("rows=4", x), model.apply(x))
+        torch.testing.assert_close(program("rows=2x5", y), model.apply(y))
+    assert len(program.programs) == 2
+    assert program("rows=4", x).requires_grad
+    with torch.no_grad():  # the grad mode is part of the key: a program of its own
+        out = program("rows=4", x)
+    torch.testing.assert_close(out, model.apply(x).detach())
+    assert not out.requires_grad and len(program.programs) == 3
+    assert program("rows=4", x).requires_grad and len(program.programs) == 3
+
+
+def test_a_warm_program_that_cannot_compile_whole_runs_through_dynamo() -> None:
+    model = Weighted()
+    program = WarmProgram(model.broken, device="cpu")
+    for x in (torch.ones(3), -torch.ones(3), torch.ones(3)):
+        torch.testing.assert_close(program("rows=3", x), model.broken(x))
+    assert "graph_break" in program.fallback and len(program.programs) == 1

@@ -1,0 +1,76 @@
+"""Compiled programs called directly against through dynamo, on a CPU, side by side.
+
+    python benchmarks/experiments/warm_programs.py [--num-envs 64 1024] [--rounds 8] [--iterations 30]
+
+vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches) with
+``compile=True``, one thread. Two algorithms built with the same seed: one as rlx runs
+(:class:`rlx.core.compiling.WarmProgram` compiles the T loop's programs and the minibatch
+update ahead and calls them directly), one with every :class:`WarmProgram` sent through
+dynamo (its fallback, set on that algorithm's programs: :func:`rlx.core.compiling.compiled`, guards skipped once warm by
+:func:`rlx.core.compiling.call_warm`, how rlx called them before). Both are warmed up
+alike, then timed in alternating blocks of ``--iterations`` ``collect()`` + ``step()``
+(median ms an iteration per block, then the median of the blocks), and their
+parameters compared bit for bit after the same iterations (the draws differ from
+another process's: each side is seeded before each block). Results:
+``benchmarks/experiments/results/warm_programs.jsonl``. See docs/performance.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 1024])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--iterations", type=int, default=30)
+    args = parser.parse_args()
+    import torch
+    from common import EXPERIMENT_RESULTS, append_results, results_path
+    from ppo_settings import PPOSettings
+
+    from rlx.envs import CartPole
+
+    torch.set_num_threads(1)
+    rows = []
+    for B in args.num_envs:
+        config = PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
+        direct, dynamo = config.build(CartPole), config.build(CartPole)
+        for program in (dynamo.compiled_update.program, dynamo.rollout.compiled_loop.program):
+            program._compile = lambda args, kwargs, program=program: program._through_dynamo()
+        sides = {"direct": direct, "dynamo": dynamo}
+        times: dict[str, list[float]] = {name: [] for name in sides}
+        iterations = max(2, args.iterations * 64 // B)
+        for r in range(args.rounds + 1):  # the first round warms up
+            for name, algo in sides.items():
+                torch.manual_seed(r)
+                block = []
+                for _ in range(iterations):
+                    start = time.perf_counter()
+                    algo.collect()
+                    algo.step()
+                    block.append(time.perf_counter() - start)
+                if r:
+                    times[name].append(1e3 * statistics.median(block))
+        same = all(torch.equal(a, b) for a, b in zip(direct.policy.state_dict().values(),
+                                                        dynamo.policy.state_dict().values()))
+        fallback = direct.compiled_update.program.fallback, direct.rollout.compiled_loop.program.fallback
+        ms = {name: statistics.median(t) for name, t in times.items()}
+        row = {"num_envs": B, "direct_ms": round(ms["direct"], 2), "dynamo_ms": round(ms["dynamo"], 2),
+               "speedup": round(ms["dynamo"] / ms["direct"], 3), "same_parameters": same,
+               "rounds": args.rounds, "iterations": iterations}
+        rows.append(row)
+        print(f"B={B:>5}: direct {ms['direct']:.2f} ms, through dynamo {ms['dynamo']:.2f} ms an iteration "
+              f"({row['speedup']:.3f}x), parameters bit for bit the same: {same}; fallbacks {fallback}", flush=True)
+    append_results(results_path("warm_programs", EXPERIMENT_RESULTS), rows, threads=1)
+
+
+if __name__ == "__main__":
+    main()
