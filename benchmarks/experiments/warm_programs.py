@@ -4,10 +4,10 @@
 
 vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches) with
 ``compile=True``, one thread. Two algorithms built with the same seed: one as rlx runs
-(:class:`rlx.core.compiling.WarmProgram` compiles the T loop's programs and the minibatch
-update ahead and calls them directly), one with every :class:`WarmProgram` sent through
-dynamo (its fallback, set on that algorithm's programs: :func:`rlx.core.compiling.compiled`, guards skipped once warm by
-:func:`rlx.core.compiling.call_warm`, how rlx called them before). Both are warmed up
+(:class:`rlx.core.compiling.WarmProgram` calls the compiled code of the T loop's programs
+and of the minibatch update directly once compiled), one with every :class:`WarmProgram`
+kept on dynamo's path (its fallback, set on that algorithm's programs: guards skipped once
+warm by :func:`rlx.core.compiling.call_warm`, how rlx called them before). Both are warmed up
 alike, then timed in alternating blocks of ``--iterations`` ``collect()`` + ``step()``
 (median ms an iteration per block, then the median of the blocks), and their
 parameters compared bit for bit after the same iterations (the draws differ from
@@ -44,7 +44,7 @@ def main() -> None:
         config = PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
         direct, dynamo = config.build(CartPole), config.build(CartPole)
         for program in (dynamo.compiled_update.program, dynamo.rollout.compiled_loop.program):
-            program._compile = lambda args, kwargs, program=program: program._through_dynamo()
+            program._direct = lambda args, kwargs, program=program: program._guarded("timed through dynamo")
         sides = {"direct": direct, "dynamo": dynamo}
         times: dict[str, list[float]] = {name: [] for name in sides}
         iterations = max(2, args.iterations * 64 // B)

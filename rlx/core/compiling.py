@@ -22,18 +22,19 @@ by default under the system's temporary directory), so a second run of the same 
 loads its kernels instead of compiling them.
 
 A :class:`WarmProgram` is called with a layout (the caller's key for what tells its
-programs apart: the compiled update's minibatch shapes, the T loop's mode): it compiles one
-program per layout ahead of its first call (``torch.compile(fullgraph=True).aot_compile``)
-and calls it directly afterwards, without dynamo: no frame evaluation, no cache lookup, no
-guards. That is for callers that know their inputs keep their shapes and identity between
-calls (the compiled update, a graph-safe env's T loop), as a CUDA graph does. Where a
-program cannot be compiled ahead (a graph break; a torch without ``aot_compile``) the
-layout's calls go through dynamo, its guard checks skipped once warm (:func:`call_warm`).
+programs apart: the compiled update's minibatch shapes, the T loop's mode): its first call
+with a layout compiles through dynamo, and later calls run dynamo's compiled code for it
+directly, without dynamo: no frame evaluation, no cache lookup, no guards. That is for
+callers that know their inputs keep their shapes and identity between calls (the compiled
+update, a graph-safe env's T loop), as a CUDA graph does. Where that code is not one
+whole graph (a graph break), the layout's calls stay on dynamo's path with its guard
+checks skipped (:func:`call_warm`).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import itertools
 import types
 from collections.abc import Callable
@@ -126,79 +127,82 @@ class WarmProgram:
     ``program(layout, *args, **kwargs)`` runs ``fn(*args, **kwargs)``. ``layout`` is the
     caller's hashable key for what its calls may differ in (shapes, dtypes, options that
     change the program); with it, the grad mode and autocast state. The first call with a
-    key compiles ``fn`` whole for those arguments
-    (``torch.compile(fullgraph=True).aot_compile``, rlx's options, autograd traced with
-    ``autograd``, see :func:`compiled`); every later call with it runs that program
-    directly. The caller guarantees what dynamo's guards would check: the rest of what
-    ``fn`` reads (parameters, optimizer state, buffers, device tensors of hyperparameters)
-    keeps its shapes, dtypes, ``requires_grad`` and Python values between calls (nothing
-    checks them: a program traced on other values would run silently); tensors may be replaced by
-    others of the same shape and dtype (a reloaded optimizer state), since the program
+    key goes through dynamo with every guard checked (:func:`compiled`, autograd traced
+    with ``autograd``), which compiles ``fn`` (from inductor's cache where it can); when
+    that made one whole graph, every later call with the key runs dynamo's compiled code for
+    it directly, as a plain function: no frame evaluation, no cache lookup, no guards. The
+    caller guarantees what those guards would check: the rest of what ``fn`` reads
+    (parameters, optimizer state, buffers, device tensors of hyperparameters) keeps its
+    shapes, dtypes, ``requires_grad`` and Python values between calls (nothing checks
+    them: a program traced on other values would run silently); tensors may be replaced
+    by others of the same shape and dtype (a reloaded optimizer state), since the code
     reads them from their owners at each call.
 
     Dynamo's own path costs a compiled call on a CPU its frame evaluation and cache
-    lookup even with guards skipped: calling the program directly made an iteration of
-    vs_jax's CartPole PPO at B = 64 (24 such calls an iteration) 17% faster, bit for bit
-    the same (``benchmarks/experiments/warm_programs.py``). Where ``fn`` cannot be
-    compiled that way (a graph break; a torch without ``aot_compile``), that layout runs
-    through :func:`compiled` and :func:`call_warm` instead; :attr:`fallback` says why.
+    lookup even with guards skipped: calling the code directly made an iteration of
+    vs_jax's CartPole PPO 1.18x faster at B = 64 (24 such calls an iteration) and 1.10x at
+    B = 1024, bit for bit the same (``benchmarks/experiments/warm_programs.py``). Where
+    the first call did not make one graph (a graph break), or this torch has no dynamo
+    cache entries to read, that key's calls stay on dynamo's path with its guard checks
+    skipped (:func:`call_warm`); :attr:`fallback` says why.
     """
 
     def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False,
                  autograd: bool = False) -> None:
-        self.source, self.device, self.dynamic, self.autograd = fn, device, dynamic, autograd
+        self.fn = compiled(fn, device=device, dynamic=dynamic, autograd=autograd)
+        self.device_type = torch.device(device).type
+        frame = getattr(self.fn, "program", self.fn)._torchdynamo_orig_callable  # what dynamo runs
+        self._owner = getattr(frame, "__self__", None)  # a bound method's instance
+        self._func = getattr(frame, "__func__", frame)
+        self._signature = inspect.signature(self._func, follow_wrapped=False)
         #: The compiled program of each key (layout, grad mode, autocast state).
         self.programs: dict[tuple, Callable[..., Any]] = {}
-        #: Why the last layout not compiled ahead was not (``None``: every one was).
+        #: Why the last key that stays on dynamo's path does (``None``: none does).
         self.fallback: str | None = None
-        self._dynamo: Callable[..., Any] | None = None  # compiled(fn): made on the first fallback
 
     def __call__(self, layout: Any, *args: Any, **kwargs: Any) -> Any:
-        key = (layout, *_global_state(self.device))
+        key = (layout, *_global_state(self.device_type))
         program = self.programs.get(key)
-        if program is None:
-            program = self.programs[key] = self._compile(args, kwargs)
-        return program(*args, **kwargs)
+        if program is not None:
+            return program(*args, **kwargs)
+        out = self.fn(*args, **kwargs)  # compiles (or finds) dynamo's entry for these inputs
+        self.programs[key] = self._direct(args, kwargs)
+        return out
 
-    def _compile(self, args: tuple, kwargs: dict[str, Any]) -> Callable[..., Any]:
-        own = _own_code(self.source)
-        bound = getattr(own, "__self__", None) if hasattr(own, "__func__") else None
-        func = own.__func__ if bound is not None else own
+    def _direct(self, args: tuple, kwargs: dict[str, Any]) -> Callable[..., Any]:
+        """Dynamo's compiled code for these inputs as a plain function, or its guarded path."""
+        owner = () if self._owner is None else (self._owner,)
         try:
-            # No guards: its calls check none (the caller's layout is the check), and
-            # keeping them would pickle what they read (the algorithm, with its other programs).
-            options = _options(self.device) | {"guard_filter_fn": _no_guards}
-            ahead = torch.compile(func, fullgraph=True, dynamic=self.dynamic, options=options)
-            with torch._dynamo.config.patch(trace_autograd_ops=self.autograd):
-                program = ahead.aot_compile((((bound,) if bound is not None else ()) + args, kwargs))
-            program.disable_guard_check()
-        except (AttributeError, RuntimeError, torch._dynamo.exc.Unsupported) as e:
-            self.fallback = f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
-            return self._through_dynamo()
-        return functools.partial(program, bound) if bound is not None else program
+            bound = self._signature.bind(*owner, *args, **kwargs)
+            bound.apply_defaults()
+            entries = _cache_entries(self._func.__code__)
+        except (AttributeError, ImportError, TypeError) as e:
+            return self._guarded(f"no dynamo cache entries to read ({type(e).__name__}: {e})")
+        entry = next((e for e in entries if e.guard_manager.check(dict(bound.arguments))), None)
+        if entry is None:
+            return self._guarded("no dynamo entry's guards pass on the arguments after their first call")
+        if any(name.startswith("__resume") for name in entry.code.co_names):
+            return self._guarded("a graph break: the compiled code resumes in functions dynamo compiles")
+        func = self._func
+        direct = types.FunctionType(entry.code, func.__globals__, f"{func.__name__}_direct", func.__defaults__,
+                                    func.__closure__)
+        direct.__kwdefaults__ = func.__kwdefaults__
+        return functools.partial(direct, self._owner) if self._owner is not None else direct
 
-    def _through_dynamo(self) -> Callable[..., Any]:
-        if self._dynamo is None:
-            self._dynamo = compiled(self.source, device=self.device, dynamic=self.dynamic, autograd=self.autograd)
-        fn, warm = self._dynamo, False
-
-        def call(*args: Any, **kwargs: Any) -> Any:
-            nonlocal warm
-            out = call_warm(fn, *args, warm=warm, **kwargs)
-            warm = True
-            return out
-
-        return call
+    def _guarded(self, why: str) -> Callable[..., Any]:
+        self.fallback = why
+        return functools.partial(call_warm, self.fn)
 
 
-def _no_guards(entries: Any) -> list[bool]:
-    return [False] * len(entries)
+def _cache_entries(code: types.CodeType) -> list[Any]:
+    from torch._C._dynamo.eval_frame import _debug_get_cache_entry_list
+
+    return _debug_get_cache_entry_list(code)
 
 
-def _global_state(device: torch.device | str) -> tuple:
+def _global_state(kind: str) -> tuple:
     """What a compiled program bakes in besides its inputs: the grad mode and the autocast
-    state of ``device``'s type."""
-    kind = torch.device(device).type
+    state of the device type ``kind``."""
     autocast = torch.is_autocast_enabled(kind)
     return torch.is_grad_enabled(), autocast, torch.get_autocast_dtype(kind) if autocast else None
 

@@ -123,4 +123,4 @@ def test_a_warm_program_that_cannot_compile_whole_runs_through_dynamo() -> None:
     program = WarmProgram(model.broken, device="cpu")
     for x in (torch.ones(3), -torch.ones(3), torch.ones(3)):
         torch.testing.assert_close(program("rows=3", x), model.broken(x))
-    assert "graph_break" in program.fallback and len(program.programs) == 1
+    assert "graph break" in program.fallback and len(program.programs) == 1
