@@ -140,8 +140,8 @@ class WarmProgram:
 
     Dynamo's own path costs a compiled call on a CPU its frame evaluation and cache
     lookup even with guards skipped: calling the code directly made an iteration of
-    vs_jax's CartPole PPO 1.18x faster at B = 64 (24 such calls an iteration) and 1.10x at
-    B = 1024, bit for bit the same (``benchmarks/experiments/warm_programs.py``). Where
+    vs_jax's CartPole PPO 1.06-1.14x faster at B = 64 (24 such calls an iteration) and
+    1.04x at B = 1024, bit for bit the same (``benchmarks/experiments/warm_programs.py``). Where
     the first call did not make one graph (a graph break), or this torch has no dynamo
     cache entries to read, that key's calls stay on dynamo's path with its guard checks
     skipped (:func:`call_warm`); :attr:`fallback` says why.
