@@ -9,10 +9,10 @@ columns as inputs would alias one another, and torch 2.13 then writes a reused p
 outputs at the offsets of its first call.) Observation groups (a TensorDict) keep one
 program per step, on that step's column views.
 
-Each mode (sampling, deterministic) is compiled once, ahead of its first run; every call
-sees the tensors it was compiled for, at the same addresses, as a CUDA graph replay
-does, and calls the program directly, without dynamo's per-call frame evaluation and
-guard checks (:class:`rlx.core.compiling.WarmProgram`).
+Each mode (sampling, deterministic) is compiled on its first run; every later call sees
+the tensors it was compiled for, at the same addresses, as a CUDA graph replay does, and
+runs the compiled code directly, without dynamo's per-call frame evaluation and guard
+checks (:class:`rlx.core.compiling.WarmProgram`).
 """
 
 from __future__ import annotations

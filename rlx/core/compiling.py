@@ -81,10 +81,6 @@ def _own_code(fn: Any) -> Any:
     return types.MethodType(copy, fn.__self__) if hasattr(fn, "__self__") and fn is not func else copy
 
 
-def _options(device: torch.device | str) -> dict[str, Any]:
-    return INDUCTOR_OPTIONS | (CPU_INDUCTOR_OPTIONS if torch.device(device).type == "cpu" else {})
-
-
 def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False, autograd: bool = False) -> F:
     """``torch.compile(fn)`` with :data:`INDUCTOR_OPTIONS` (and on a CPU
     :data:`CPU_INDUCTOR_OPTIONS`), over a cache of its own; ``device`` is where ``fn``'s
@@ -94,7 +90,8 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
     ``torch.autograd.grad``: dynamo's ``trace_autograd_ops``, set for its calls only), so a
     function that takes a gradient and steps on it (PPO's minibatch update) compiles as
     one program rather than breaking at the backward pass."""
-    program = torch.compile(_own_code(fn), dynamic=dynamic, options=_options(device))
+    options = INDUCTOR_OPTIONS | (CPU_INDUCTOR_OPTIONS if torch.device(device).type == "cpu" else {})
+    program = torch.compile(_own_code(fn), dynamic=dynamic, options=options)
     if not autograd:
         return program  # type: ignore[return-value]
     config = torch._dynamo.config
