@@ -1,0 +1,52 @@
+"""Where a compiled CPU iteration's time goes, by Python function and compiled program.
+
+    python benchmarks/experiments/cprofile_iteration.py [--num-envs 64] [--iterations 30] [--rows 30]
+
+vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches) with
+``compile=True``, one thread, 4 warm-up iterations, then ``--iterations`` of
+``collect()`` + ``step()`` under :mod:`cProfile`, printed by own time. Each inductor
+program shows as one ``inductor_entry_cpp`` line (its calls and time); the Python around
+the programs (dynamo's path for the phases it still guards, AOT's runtime wrappers, rlx's
+own code) shows as the rest. cProfile adds about a microsecond to each Python call: read
+shares. See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--num-envs", type=int, default=64)
+    parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--rows", type=int, default=30)
+    args = parser.parse_args()
+    import torch
+    from ppo_settings import PPOSettings
+
+    from rlx.envs import CartPole
+
+    torch.set_num_threads(1)
+    config = PPOSettings(num_envs=args.num_envs, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
+    algo = config.build(CartPole)
+    for _ in range(4):
+        algo.collect()
+        algo.step()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(args.iterations):
+        algo.collect()
+        algo.step()
+    profiler.disable()
+    pstats.Stats(profiler).sort_stats("tottime").print_stats(args.rows)
+
+
+if __name__ == "__main__":
+    main()
