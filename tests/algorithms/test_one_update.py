@@ -282,7 +282,7 @@ def test_the_loss_only_compile_takes_observation_groups_too() -> None:
 
 
 def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
-    """Once a minibatch layout is compiled, its calls skip dynamo's guard checks: a new
+    """Once a minibatch layout is compiled, its calls run the compiled code directly (no guards): a new
     layout (the smaller last minibatch) must still get its own program, and a reload
     (new optimizer state tensors) and a changed LR must be seen, over several steps."""
     config = {**BASE, "sgd_minibatch_size": 192}  # 512 samples: minibatches of 192, 192 and 128
