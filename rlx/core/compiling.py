@@ -205,11 +205,12 @@ def _global_state(kind: str) -> tuple:
 
 
 class CompiledCall:
-    """``fn(batch, **options)`` compiled whole (autograd traced), one
-    :class:`WarmProgram` per layout: the batch's keys, shapes and dtypes and the options'
-    values (a tensor option by presence). The rest of what ``fn`` reads (parameters,
-    optimizer state, device tensors of hyperparameters) keeps its shapes and dtypes
-    between calls; a new layout (the last, smaller minibatch) is compiled once."""
+    """``fn(batch, **options)`` compiled whole (autograd traced) by one
+    :class:`WarmProgram`, keyed by the layout: the batch's keys, shapes and dtypes and the
+    options' values (a tensor option by presence). The rest of what ``fn`` reads
+    (parameters, optimizer state, device tensors of hyperparameters) keeps its shapes,
+    dtypes and ``requires_grad`` between calls; a new layout (the last, smaller
+    minibatch) is compiled once."""
 
     def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False) -> None:
         self.program = WarmProgram(fn, device=device, dynamic=dynamic, autograd=True)
