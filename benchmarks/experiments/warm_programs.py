@@ -4,11 +4,13 @@
 
 vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches) with
 ``compile=True``, one thread. Two algorithms built with the same seed: one as rlx runs
-(:class:`rlx.core.compiling.WarmProgram` calls the compiled code of the T loop's programs
-and of the minibatch update directly once compiled), one with every :class:`WarmProgram`
-kept on dynamo's path (its fallback, set on that algorithm's programs: guards skipped once
-warm by :func:`rlx.core.compiling.call_warm`, how rlx called them before). Both are warmed up
-alike, then timed in alternating blocks of ``--iterations`` ``collect()`` + ``step()``
+(:class:`rlx.core.compiling.WarmProgram` calls the compiled code of the T loop's programs,
+collect's tail, the minibatch update and the phases around the epochs directly once
+compiled, checking their Python values once a collect and a step), one with every
+:class:`WarmProgram` kept on dynamo's path (its fallback, set on that algorithm's
+programs: guards skipped once warm by :func:`rlx.core.compiling.call_warm`). Both are
+warmed up alike, then timed in alternating blocks of ``--iterations`` ``collect()`` +
+``step()``, each side first in every other round
 (median ms an iteration per block, then the median of the blocks), and their
 parameters compared bit for bit after the same iterations (the draws differ from
 another process's: each side is seeded before each block). Results:
@@ -43,13 +45,14 @@ def main() -> None:
     for B in args.num_envs:
         config = PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
         direct, dynamo = config.build(CartPole), config.build(CartPole)
-        for program in (dynamo.compiled_update.program, dynamo.rollout.compiled_loop.program):
+        for program in (dynamo.compiled_update.program, dynamo.rollout.compiled_loop.program, *dynamo.phase_programs,
+                        dynamo.rollout.tail_warm):
             program._direct = lambda args, kwargs, program=program: program._guarded("timed through dynamo")
         sides = {"direct": direct, "dynamo": dynamo}
         times: dict[str, list[float]] = {name: [] for name in sides}
         iterations = max(2, args.iterations * 64 // B)
         for r in range(args.rounds + 1):  # the first round warms up
-            for name, algo in sides.items():
+            for name, algo in sorted(sides.items(), reverse=r % 2 == 1):  # each side first in every other round
                 torch.manual_seed(r)
                 block = []
                 for _ in range(iterations):
@@ -61,7 +64,8 @@ def main() -> None:
                     times[name].append(1e3 * statistics.median(block))
         same = all(torch.equal(a, b) for a, b in zip(direct.policy.state_dict().values(),
                                                         dynamo.policy.state_dict().values()))
-        fallback = direct.compiled_update.program.fallback, direct.rollout.compiled_loop.program.fallback
+        fallback = [p.fallback for p in (direct.compiled_update.program, direct.rollout.compiled_loop.program,
+                                         *direct.phase_programs, direct.rollout.tail_warm)]
         ms = {name: statistics.median(t) for name, t in times.items()}
         row = {"num_envs": B, "direct_ms": round(ms["direct"], 2), "dynamo_ms": round(ms["dynamo"], 2),
                "speedup": round(ms["dynamo"] / ms["direct"], 3), "same_parameters": same,

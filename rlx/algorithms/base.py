@@ -26,7 +26,7 @@ from rlx.core.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.algorithms.modes import resolve_modes
 from rlx.collect.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
-from rlx.core.compiling import compiled
+from rlx.core.compiling import compiled, recheck_values
 from rlx.core.schedulers import Schedule
 from rlx.members import Members
 from rlx.members.hparams import MemberHparams, MemberValues
@@ -291,6 +291,7 @@ class Algorithm(MemberValues, ABC):
                 first (env, step) where it appeared.
         """
         start = time.perf_counter()
+        recheck_values()  # the compiled programs' Python values, once a collect
         rollout = self.rollout
         if rollout.buffer is None:
             self.validate()

@@ -82,21 +82,22 @@ class Epochs:
                         if stopped.item():  # SYNC: one per epoch (sync_kl_stop)
                             break
         epochs = member_epochs.clamp(min=1) if member_epochs is not None else epochs_run
+        return self.finish_statistics(batch, epochs * num_minibatches, sgd_epochs), epochs_run
+
+    def step_statistics(self, batch: Batch, minibatches_run: Tensor | int, sgd_epochs: Tensor | None) -> Stats:
+        """``step()``'s statistics, stacked for the one transfer: the epochs the loop ran
+        (``sgd_epochs``, with the KL early stop), the means of what the minibatch updates
+        accumulated (``_sums``, over ``minibatches_run``, each member's with the KL early
+        stop) and what :meth:`_step_stats` measures after the update. One function, which
+        eager runs and ``compile`` runs as one program (``finish_statistics``); it changes
+        none of its arguments, so that program's later calls can be checked against them."""
         stats = Stats()
         if sgd_epochs is not None:
             stats.add("monitors/sgd_epochs", sgd_epochs, "max")
-        self.finish_statistics(stats, batch, epochs * num_minibatches)
-        return stats, epochs_run
-
-    def step_statistics(self, stats: Stats, batch: Batch, minibatches_run: Tensor | int) -> None:
-        """``step()``'s statistics into ``stats``, stacked for the one transfer: the means
-        of what the minibatch updates accumulated (``_sums``, over ``minibatches_run``,
-        each member's with the KL early stop) and what :meth:`_step_stats` measures after
-        the update. One function, which eager runs and ``compile`` runs as one program
-        (``finish_statistics``)."""
         means = self.loss_fields(*(self._sums / minibatches_run).unbind())
         self._step_stats(stats, means, batch, self._kl_max)
         stats.pack()
+        return stats
 
     def _epoch_order(self, N: int, num_minibatches: int) -> Tensor | None:
         """An epoch's order of the batch's ``N`` units, drawn on the device; ``None`` where

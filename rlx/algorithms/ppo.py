@@ -10,6 +10,7 @@ statistics' (and, on a CPU, one per epoch with the KL early stop: ``PPO.sync_kl_
 from __future__ import annotations
 
 import copy
+import functools
 import sys
 import time
 from collections import namedtuple
@@ -32,7 +33,7 @@ from rlx.algorithms.minibatches import (  # the micro-batch defaults, re-exporte
 from rlx.algorithms.rnd import RND, RNDConfig
 from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
-from rlx.core.compiling import CompiledCall, compiled
+from rlx.core.compiling import CompiledCall, WarmProgram, compiled, recheck_values
 from rlx.members.optim import adam_state, steps_functionally
 from rlx.core.cuda_graphs import GraphedBatchCall, GraphedCall
 from rlx.env import OBS, TERMINATED, TRUNCATED
@@ -141,9 +142,16 @@ class PPO(Epochs, Algorithm):
         # every update).
         phases = (self.compiles and self.world_size == 1 and self.rnd is None and not self.policy.recurrent
                   and not isinstance(self.env.observation_spec, Composite))
-        self.prepare = compiled(self.prepared_batch, device=self.device) if phases else self.prepared_batch
-        self.gather = compiled(self.gathered, device=self.device) if phases else self.gathered
-        self.finish_statistics = compiled(self.step_statistics, device=self.device) if phases else self.step_statistics
+        self.prepare, self.gather, self.finish_statistics = self.prepared_batch, self.gathered, self.step_statistics
+        #: The phases' compiled programs (prepare, gather, finish_statistics), with ``compile``.
+        self.phase_programs: tuple[WarmProgram, ...] = ()
+        if phases:  # warm programs: their inputs keep their shapes (the buffer's, N's), their Python values are checked
+            prepare, gather, finish = self.phase_programs = tuple(
+                WarmProgram(fn, device=self.device) for fn in (self.prepared_batch, self.gathered, self.step_statistics))
+            self.prepare, self.gather = functools.partial(prepare, None), functools.partial(gather, None)
+            # The minibatches run: an int (a value of the layout) or, with the KL early stop, a tensor.
+            self.finish_statistics = lambda batch, n, sgd_epochs: finish(n if isinstance(n, int) else None, batch, n,
+                                                                         sgd_epochs)
         # The KL pass after the update: inside finish_statistics' program, else a program of its own.
         self.kl_sum = (compiled(self.kl_terms_sum, device=self.device, dynamic=None) if self.compiles and not phases
                        else self.kl_terms_sum)
@@ -236,6 +244,7 @@ class PPO(Epochs, Algorithm):
         """
         self._check_buffered()
         start = time.perf_counter()
+        recheck_values()  # what changed since collect() (a config field, the optimizer's options) is seen
         cfg = self.config
         lr, entropy_coeff, hparams = self.lr, self._entropy_coeff_value, self.hparam_stats()
         stats, epochs_run = self.run_update_phase()

@@ -14,6 +14,7 @@ device, by name, and leave it in ONE transfer (the algorithm's ``collect()`` mak
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +41,7 @@ from rlx.collect.values import RolloutValues, ValueFn
 from rlx.collect.episodes import float_leaves, raise_first_nonfinite, rollout_statistics, truncated_final_obs_leaves
 from rlx.members.axis import Members
 from rlx.policy import Obs, PolicyBase, StepOutput
-from rlx.core.compiling import compiled
+from rlx.core.compiling import WarmProgram
 from rlx.core.normalization import RewardScaler
 from rlx.core.stats import Stats
 
@@ -94,7 +95,10 @@ class Rollout(RolloutValues):
         #: ``compile_steps``: the compiled T loop, made with the buffer.
         self.compiled_loop: CompiledTLoop | None = None
         self._compile_steps = compile_steps
-        self._tail = compiled(self.tail_program, device=device) if compile_steps else self.tail_program
+        #: :meth:`tail_program` compiled, with ``compile_steps``.
+        self.tail_warm = WarmProgram(self.tail_program, device=device) if compile_steps else None
+        # A warm program: the buffer keeps its shapes, the Python values it reads are checked.
+        self._tail = functools.partial(self.tail_warm, None) if self.tail_warm is not None else self.tail_program
         # The program values with the policy's own function (a compiled value_fn inside it
         # would be a program in a program).
         self._tail_value_fn = policy.value_step if compile_steps else self.value_fn
@@ -324,21 +328,22 @@ class Rollout(RolloutValues):
             The collect's statistics, by name, on the device; ``rollout/truncation_overflow``
             says whether :meth:`finish` must value every step.
         """
-        stats = Stats()
         scratch = scaler.scratch(self.horizon) if scaler is not None else None
         # The scaler's new moments come out of the program (set in one op after it); under
         # torch.distributed its merge is a collective, which run() makes after the phase.
         in_program = scaler is not None and not scaler.stats.merges_across_ranks
-        moments = self._tail(scaler, scratch, stats, in_program)
+        stats, moments = self._tail(scaler, scratch, in_program)
         if moments is not None:
             scaler.stats.assign_(moments)
         return stats
 
-    def tail_program(self, scaler: RewardScaler | None, scratch: tuple[Tensor, Tensor] | None, stats: Stats,
-                     merge: bool) -> tuple[Tensor, Tensor, Tensor] | None:
-        """:meth:`tail`'s tensor work: fills ``stats`` and returns the scaler's new
-        moments (``merge``), else ``None``. One function, which eager runs and
-        ``compile_steps`` compiles."""
+    def tail_program(self, scaler: RewardScaler | None, scratch: tuple[Tensor, Tensor] | None,
+                     merge: bool) -> tuple[Stats, tuple[Tensor, Tensor, Tensor] | None]:
+        """:meth:`tail`'s tensor work: the collect's statistics and the scaler's new
+        moments (``merge``, else ``None``). One function, which eager runs and
+        ``compile_steps`` compiles; it changes none of its arguments, so that program's
+        later calls can be checked against them."""
+        stats = Stats()
         overflow = self.values_after_steps(self._tail_value_fn)
         rewards, dones = self.rewards_and_dones()
         moments = None
@@ -359,7 +364,7 @@ class Rollout(RolloutValues):
         stats.add("rollout/finite", tail["rollout/finite"], "min")
         stats.add("rollout/truncation_overflow", overflow, "max")
         stats.pack()
-        return moments
+        return stats, moments
 
     def finish(self, host: dict[str, float]) -> None:
         """After the collect's transfer: value every step if the truncation capacity

@@ -24,11 +24,12 @@ loads its kernels instead of compiling them.
 A :class:`WarmProgram` is called with a layout (the caller's key for what tells its
 programs apart: the compiled update's minibatch shapes, the T loop's mode): its first call
 with a layout compiles through dynamo, and later calls run dynamo's compiled code for it
-directly, without dynamo: no frame evaluation, no cache lookup, no guards. That is for
-callers that know their inputs keep their shapes and identity between calls (the compiled
-update, a graph-safe env's T loop), as a CUDA graph does. Where that code is not one
-whole graph (a graph break), the layout's calls stay on dynamo's path with its guard
-checks skipped (:func:`call_warm`).
+directly, without dynamo: no frame evaluation, no cache lookup, and of dynamo's guards only
+those on Python values (checked in C++, microseconds), none on tensors. That is for callers
+whose tensors keep their shapes and dtypes between calls (the compiled update, a graph-safe
+env's T loop, PPO's phases around the epochs, collect's tail), as a CUDA graph's do. Where
+that code is not one whole graph (a graph break), the layout's calls stay on dynamo's path
+with its guard checks skipped (:func:`call_warm`).
 """
 
 from __future__ import annotations
@@ -42,7 +43,8 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["CPU_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "CompiledCall", "WarmProgram", "call_warm", "compiled"]
+__all__ = ["CPU_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "CompiledCall", "WarmProgram", "call_warm", "compiled",
+           "recheck_values"]
 
 #: Inductor options of every function rlx compiles.
 INDUCTOR_OPTIONS: dict[str, Any] = {"cpp.use_decompose_tanh": True}
@@ -50,6 +52,18 @@ INDUCTOR_OPTIONS: dict[str, Any] = {"cpp.use_decompose_tanh": True}
 CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The round of a :class:`WarmProgram`'s checks of Python values (:func:`recheck_values`).
+_round = 0
+
+
+def recheck_values() -> None:
+    """Start a round of checks: each :class:`WarmProgram` checks the Python values its
+    programs baked in (a config's floats and flags, an optimizer's options) again at its
+    next call with each key. rlx's algorithms start one at each ``collect()`` and
+    ``step()``, so a value set between them is seen by the next."""
+    global _round
+    _round += 1
 
 _copies = itertools.count()
 
@@ -126,22 +140,31 @@ class WarmProgram:
     change the program); with it, the grad mode and autocast state. The first call with a
     key goes through dynamo with every guard checked (:func:`compiled`, autograd traced
     with ``autograd``), which compiles ``fn`` (from inductor's cache where it can); when
-    that made one whole graph, every later call with the key runs dynamo's compiled code for
-    it directly, as a plain function: no frame evaluation, no cache lookup, no guards. The
-    caller guarantees what those guards would check: the rest of what ``fn`` reads
-    (parameters, optimizer state, buffers, device tensors of hyperparameters) keeps its
-    shapes, dtypes, ``requires_grad`` and Python values between calls (nothing checks
-    them: a program traced on other values would run silently); tensors may be replaced
-    by others of the same shape and dtype (a reloaded optimizer state), since the code
-    reads them from their owners at each call.
+    that made one whole graph, later calls with the key run dynamo's compiled code for it
+    directly, as a plain function: no frame evaluation, no cache lookup. Of the entry's
+    guards, those on Python values reached from the arguments (``self``'s fields: a
+    config's floats and flags, an optimizer's options, ``None`` or not) are checked at
+    the first call with the key in each round (:func:`recheck_values`: each ``collect()``
+    and ``step()``): a value that changed sends the call through dynamo, which compiles
+    for it, and each such program is then called directly when its values come back.
+    Within a round those values are taken as they were (checking them at every call cost
+    an iteration 8% at B = 64 on a CPU), so a Python argument that differs from call to
+    call belongs in ``layout``. The guards on tensors, types, identities and module
+    globals are not checked: the caller guarantees that the tensors ``fn`` reads
+    (arguments, parameters, optimizer state, buffers) keep their shapes, dtypes,
+    ``requires_grad`` and aliasing between calls with a key (a program traced on others
+    would run silently), and nobody patches the code. Tensors may be replaced by others
+    alike (a reloaded optimizer state), since the code reads them from their owners at
+    each call. ``fn`` must not change its arguments' Python state (their guards are
+    matched after the first call): it returns what it builds.
 
     Dynamo's own path costs a compiled call on a CPU its frame evaluation and cache
     lookup even with guards skipped: calling the code directly made an iteration of
     vs_jax's CartPole PPO 1.06-1.14x faster at B = 64 (24 such calls an iteration) and
     1.04x at B = 1024, bit for bit the same (``benchmarks/experiments/warm_programs.py``). Where
     the first call did not make one graph (a graph break), or this torch has no dynamo
-    cache entries to read, that key's calls stay on dynamo's path with its guard checks
-    skipped (:func:`call_warm`); :attr:`fallback` says why.
+    cache entries or guard trees to read, that key's calls stay on dynamo's path with its
+    guard checks skipped (:func:`call_warm`); :attr:`fallback` says why.
     """
 
     def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False,
@@ -152,43 +175,107 @@ class WarmProgram:
         self._owner = getattr(frame, "__self__", None)  # a bound method's instance
         self._func = getattr(frame, "__func__", frame)
         self._signature = inspect.signature(self._func, follow_wrapped=False)
-        #: The compiled program of each key (layout, grad mode, autocast state).
-        self.programs: dict[tuple, Callable[..., Any]] = {}
+        params = self._signature.parameters.values()
+        self._names = [p.name for p in params]
+        self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
+        #: Whether a call's arguments map to the parameters by position and name alone.
+        self._plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+        #: The compiled programs of each key (layout, grad mode, autocast state): ``[check,
+        #: program, round checked]``; a call runs the first whose Python values pass.
+        self.programs: dict[tuple, list[list[Any]]] = {}
         #: Why the last key that stays on dynamo's path does (``None``: none does).
         self.fallback: str | None = None
 
     def __call__(self, layout: Any, *args: Any, **kwargs: Any) -> Any:
         key = (layout, *_global_state(self.device_type))
-        program = self.programs.get(key)
-        if program is not None:
-            return program(*args, **kwargs)
+        programs = self.programs.get(key)
+        if programs is not None:
+            now, values = _round, None
+            for entry in programs:
+                check, program, checked = entry
+                if check is not None and checked != now:  # its Python values, once a round
+                    values = self._locals(args, kwargs) if values is None else values
+                    if not check(values):
+                        continue
+                    entry[2] = now
+                return program(*args, **kwargs)
         out = self.fn(*args, **kwargs)  # compiles (or finds) dynamo's entry for these inputs
-        self.programs[key] = self._direct(args, kwargs)
+        self.programs.setdefault(key, []).append([*self._direct(args, kwargs), _round])
         return out
 
-    def _direct(self, args: tuple, kwargs: dict[str, Any]) -> Callable[..., Any]:
-        """Dynamo's compiled code for these inputs as a plain function, or its guarded path."""
+    def _locals(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
+        """The call's arguments by parameter name, as dynamo's guards read them."""
         owner = () if self._owner is None else (self._owner,)
+        if self._plain:
+            return {**self._defaults, **dict(zip(self._names, (*owner, *args))), **kwargs}
+        bound = self._signature.bind(*owner, *args, **kwargs)
+        bound.apply_defaults()
+        return dict(bound.arguments)
+
+    def _direct(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Callable[..., Any] | None, Callable[..., Any]]:
+        """``(check, program)``: dynamo's compiled code for these inputs as a plain function
+        and the check of its guards on Python values (``None`` with the guarded path)."""
         try:
-            bound = self._signature.bind(*owner, *args, **kwargs)
-            bound.apply_defaults()
+            arguments = self._locals(args, kwargs)
             entries = _cache_entries(self._func.__code__)
         except (AttributeError, ImportError, TypeError) as e:
             return self._guarded(f"no dynamo cache entries to read ({type(e).__name__}: {e})")
-        entry = next((e for e in entries if e.guard_manager.check(dict(bound.arguments))), None)
+        entry = next((e for e in entries if e.guard_manager.check(arguments)), None)
         if entry is None:
             return self._guarded("no dynamo entry's guards pass on the arguments after their first call")
         if any(name.startswith("__resume") for name in entry.code.co_names):
             return self._guarded("a graph break: the compiled code resumes in functions dynamo compiles")
+        try:
+            check = _value_guards(entry.guard_manager.root).check
+        except (AttributeError, RuntimeError, TypeError) as e:
+            return self._guarded(f"its guards cannot be cut to the Python values ({type(e).__name__}: {e})")
         func = self._func
         direct = types.FunctionType(entry.code, func.__globals__, f"{func.__name__}_direct", func.__defaults__,
                                     func.__closure__)
         direct.__kwdefaults__ = func.__kwdefaults__
-        return functools.partial(direct, self._owner) if self._owner is not None else direct
+        return check, (functools.partial(direct, self._owner) if self._owner is not None else direct)
 
-    def _guarded(self, why: str) -> Callable[..., Any]:
+    def _guarded(self, why: str) -> tuple[None, Callable[..., Any]]:
         self.fallback = why
-        return functools.partial(call_warm, self.fn)
+        return None, functools.partial(call_warm, self.fn)
+
+
+#: Dynamo's guards on a Python value: what a WarmProgram's direct calls check (the rest,
+#: on tensors' properties, on types and identities, on instance dicts, are the caller's
+#: contract).
+_VALUE_GUARDS = frozenset({"EQUALS_MATCH", "TRUE_MATCH", "FALSE_MATCH", "NONE_MATCH", "LENGTH_CHECK", "DICT_LENGTH"})
+#: Guards that make a node a tensor's, whose subtree holds no Python values to check.
+_TENSOR_GUARDS = frozenset({"TENSOR_MATCH", "NO_TENSOR_ALIASING", "DIMENSION_DYNAMIC_MARKING_GUARD"})
+
+
+def _value_guards(root: Any) -> Any:
+    """The part of a dynamo entry's guard tree (``root``) that checks Python values reached
+    from the call's arguments (``L[...]``: a config's floats and flags, an int argument,
+    ``None`` or not, a list's length): the nodes holding such a guard and the nodes on
+    their paths, with the root's own guards (grad mode and the like). Checked in C++, in
+    10-60 us where a call's program has evicted the objects it reads from the caches."""
+    from torch._C._dynamo.guards import DictGuardManager
+
+    keep: set[str] = set()
+
+    def visit(node: Any) -> bool:
+        source = node.get_source()
+        kinds = {type(g).__name__ for g in node.get_leaf_guards()}
+        if kinds & _TENSOR_GUARDS or source.startswith("G"):
+            return False
+        if isinstance(node, DictGuardManager):
+            children = [m for pair in node.get_key_value_managers().values() for m in pair if m is not None]
+        else:
+            children = list(node.get_child_managers())
+        below = [visit(child) for child in children]  # every child visited
+        if kinds & _VALUE_GUARDS or any(below):
+            keep.add(source)
+            return True
+        return False
+
+    visit(root)
+    keep.add(root.get_source())
+    return root.clone_manager(lambda node: node.get_source() in keep)
 
 
 def _cache_entries(code: types.CodeType) -> list[Any]:

@@ -33,6 +33,7 @@ from rlx import A2CConfig, AlgorithmConfig
 from contextlib import contextmanager
 from unittest import mock
 
+from rlx.core.compiling import WarmProgram
 from rlx.envs import CartPole, Pendulum
 from rlx.examples.windy_reach import mirror as windy_mirror
 
@@ -282,9 +283,11 @@ def test_the_loss_only_compile_takes_observation_groups_too() -> None:
 
 
 def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
-    """Once a minibatch layout is compiled, its calls run the compiled code directly (no guards): a new
-    layout (the smaller last minibatch) must still get its own program, and a reload
-    (new optimizer state tensors) and a changed LR must be seen, over several steps."""
+    """Once a minibatch layout is compiled, its calls run the compiled code directly (no
+    guards on tensors): a new layout (the smaller last minibatch) must still get its own
+    program, and a reload (new optimizer state tensors), a changed LR and Python values
+    set between steps (a config field, Adam's ``eps``: checked once a step) must be
+    seen, over several steps."""
     config = {**BASE, "sgd_minibatch_size": 192}  # 512 samples: minibatches of 192, 192 and 128
     plain, compiled = (AlgorithmConfig(**config, compile=flag).build(CartPole) for flag in (False, True))
     _float64(plain, compiled)
@@ -292,12 +295,16 @@ def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
         algo.rollout.act_fn, algo.rollout.value_fn = algo.policy.act_step, algo.policy.value_step
         algo.rollout.compiled_loop = None
     compiled.load_state_dict(plain.state_dict())
-    for i in range(3):
+    for i in range(4):
         if i == 2:  # a reload replaces the optimizer's state tensors; a new LR
             state = plain.state_dict()
             compiled.load_state_dict(state)
             for algo in (plain, compiled):
                 algo._set_lr(1e-3)
+        if i == 3:  # Python values the program baked in, set between steps
+            for algo in (plain, compiled):
+                algo.config.clip_param = 0.02
+                algo.optimizer.param_groups[0]["eps"] = 1e-3
         for algo in (plain, compiled):
             torch.manual_seed(11 + i)
             algo.collect()
@@ -360,7 +367,7 @@ def test_the_compiled_gae_and_batch_program_equals_the_eager_one() -> None:
     config = dict(num_envs=16, horizon=12, device="cpu", seed=0, normalize_rewards=True)
     eager = AlgorithmConfig(**config).build(Pendulum)
     compiled = AlgorithmConfig(**config, compile=True).build(Pendulum)
-    assert hasattr(compiled.prepare, "_torchdynamo_orig_callable") and not hasattr(eager.prepare, "_torchdynamo_orig_callable")
+    assert isinstance(compiled.prepare.func, WarmProgram) and not isinstance(getattr(eager.prepare, "func", None), WarmProgram)
     for _ in range(2):  # a second collect: the reward scaler has statistics to scale by
         eager.collect()
         eager.step()
@@ -369,6 +376,9 @@ def test_the_compiled_gae_and_batch_program_equals_the_eager_one() -> None:
     compiled.buffer.update(eager.buffer)
     compiled.reward_scaler.load_state_dict(eager.reward_scaler.state_dict())
     want, got = eager.prepared_batch(), compiled.prepare()
+    again = compiled.prepare()  # the program called directly, on the same buffer: the same batch
+    for key in got:
+        assert torch.equal(again[key], got[key]), key
     T, N = config["horizon"], config["num_envs"] * config["horizon"]
     for key in want:
         scale = float(want[key].abs().max())

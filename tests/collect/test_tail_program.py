@@ -20,6 +20,7 @@ import pytest
 import torch
 
 from rlx import AlgorithmConfig
+from rlx.core.compiling import WarmProgram
 from rlx.envs import Pendulum
 
 B, T = 16, 12
@@ -35,7 +36,7 @@ def _pair(capacity: int | None):
     config = dict(num_envs=B, horizon=T, device="cpu", seed=0, normalize_rewards=True, model_config={"hiddens": [32, 32]})
     eager = AlgorithmConfig(**config).build(ShortPendulum)
     compiled = AlgorithmConfig(**config, compile=True).build(ShortPendulum)
-    assert hasattr(compiled.rollout._tail, "_torchdynamo_orig_callable")  # the tail is a compiled program
+    assert isinstance(compiled.rollout._tail.func, WarmProgram)  # the tail is a compiled program
     for _ in range(2):  # the scaler and the carried episodes have something in them
         eager.collect()
         eager.step()

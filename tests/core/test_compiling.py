@@ -9,7 +9,7 @@ import torch
 from torch._dynamo.utils import counters
 
 from rlx.core import compiling
-from rlx.core.compiling import WarmProgram, call_warm, compiled
+from rlx.core.compiling import WarmProgram, call_warm, compiled, recheck_values
 
 
 @pytest.fixture(autouse=True)
@@ -70,9 +70,14 @@ def test_decorated_methods_get_a_cache_of_their_own_too() -> None:
 class Weighted:
     def __init__(self) -> None:
         self.w = torch.full((3,), 2.0)
+        self.scale, self.clip = 1.5, True
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
         return torch.tanh(x * self.w).sum(-1)
+
+    def scaled(self, x: torch.Tensor, *, shift: float = 0.0) -> torch.Tensor:
+        y = x * self.w * self.scale + shift  # Python values the program bakes in
+        return y.clamp(max=1.0) if self.clip else y
 
     def broken(self, x: torch.Tensor) -> torch.Tensor:
         y = x * self.w
@@ -99,6 +104,30 @@ def test_a_warm_program_runs_its_compiled_program_without_dynamo() -> None:
     # What it reads from its owner is read at each call: a replaced tensor of the same shape is seen.
     model.w = torch.full((3,), -0.5)
     torch.testing.assert_close(program("rows=4", x), model.apply(x))
+
+
+def test_a_warm_program_checks_the_python_values_its_program_baked_in() -> None:
+    """A direct call skips the guards on tensors: a Python value the program read (an
+    attribute, a keyword's default) that changed since sends the call, at its first
+    call in a round of checks (``recheck_values``, each collect and step), through
+    dynamo, which compiles for the new value; each value's program is then called
+    directly. Within a round the values are taken as they were."""
+    model, x = Weighted(), torch.randn(4, 3)
+    program = WarmProgram(model.scaled, device="cpu")
+    for scale, clip in ((1.5, True), (1.5, True), (-3.0, True), (-3.0, False), (1.5, True), (-3.0, False)):
+        model.scale, model.clip = scale, clip
+        recheck_values()
+        torch.testing.assert_close(program("rows=4", x), model.scaled(x))
+        torch.testing.assert_close(program("rows=4, shift", x, shift=0.25), model.scaled(x, shift=0.25))
+    assert program.fallback is None and len(program.programs) == 2
+    # Three values of (scale, clip) in each layout: three programs each, each now run
+    # directly (no dynamo frame) and chosen by its values.
+    assert [len(entries) for entries in program.programs.values()] == [3, 3]
+    assert _regions(lambda: program("rows=4", x)) == {"Torch-Compiled Region": 0, "## Call CompiledFxGraph": 1}
+    model.scale = 2.0  # within the round: not looked at, the program of scale -3 runs
+    torch.testing.assert_close(program("rows=4", x), x * model.w * -3.0)
+    recheck_values()
+    torch.testing.assert_close(program("rows=4", x), model.scaled(x))
 
 
 def test_a_warm_program_compiles_each_layout_and_grad_mode_once() -> None:
