@@ -147,9 +147,9 @@ class WarmProgram:
     the first call with the key in each round (:func:`recheck_values`: each ``collect()``
     and ``step()``): a value that changed sends the call through dynamo, which compiles
     for it, and each such program is then called directly when its values come back.
-    Within a round those values are taken as they were (checking them at every call cost
-    an iteration 8% at B = 64 on a CPU), so a Python argument that differs from call to
-    call belongs in ``layout``. The guards on tensors, types, identities and module
+    Within a round those values are taken as they were (a check costs 10-60 us on a
+    CPU, too much for every one of an iteration's 31 calls), so a Python argument that
+    differs from call to call belongs in ``layout``. The guards on tensors, types, identities and module
     globals are not checked: the caller guarantees that the tensors ``fn`` reads
     (arguments, parameters, optimizer state, buffers) keep their shapes, dtypes,
     ``requires_grad`` and aliasing between calls with a key (a program traced on others

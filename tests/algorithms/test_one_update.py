@@ -286,8 +286,8 @@ def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
     """Once a minibatch layout is compiled, its calls run the compiled code directly (no
     guards on tensors): a new layout (the smaller last minibatch) must still get its own
     program, and a reload (new optimizer state tensors), a changed LR and Python values
-    set between steps (a config field, Adam's ``eps``: checked once a step) must be
-    seen, over several steps."""
+    set between steps (config fields the update and GAE read, Adam's ``eps``: checked
+    once a step) must be seen, over several steps."""
     config = {**BASE, "sgd_minibatch_size": 192}  # 512 samples: minibatches of 192, 192 and 128
     plain, compiled = (AlgorithmConfig(**config, compile=flag).build(CartPole) for flag in (False, True))
     _float64(plain, compiled)
@@ -301,9 +301,9 @@ def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
             compiled.load_state_dict(state)
             for algo in (plain, compiled):
                 algo._set_lr(1e-3)
-        if i == 3:  # Python values the program baked in, set between steps
+        if i == 3:  # Python values the programs baked in (the update's, GAE's), set between steps
             for algo in (plain, compiled):
-                algo.config.clip_param = 0.02
+                algo.config.clip_param, algo.config.gamma = 0.02, 0.9
                 algo.optimizer.param_groups[0]["eps"] = 1e-3
         for algo in (plain, compiled):
             torch.manual_seed(11 + i)
