@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["PPOSettings"]
+__all__ = ["PPOSettings", "warm_compiled_cartpole"]
 
 
 @dataclass(frozen=True)
@@ -38,3 +38,20 @@ class PPOSettings:
             model_config={"hiddens": [self.hidden, self.hidden], "activation_fn": "tanh"}, device=device, seed=seed,
             compile=compile, cudagraphs=cudagraphs, cudagraphs_scope=cudagraphs_scope, enable_amp=amp,
             num_seeds=num_seeds)
+
+
+def warm_compiled_cartpole(num_envs: int, warmups: int):
+    """The algorithm the CPU experiments time and profile: vs_jax.py's CartPole PPO (T = 32,
+    64x64 tanh, 4 epochs x 4 minibatches) with ``compile=True`` on one thread, after
+    ``warmups`` iterations (the first compiles its programs)."""
+    import torch
+
+    from rlx.envs import CartPole
+
+    torch.set_num_threads(1)
+    algo = PPOSettings(num_envs=num_envs, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
+    algo = algo.build(CartPole)
+    for _ in range(warmups):
+        algo.collect()
+        algo.step()
+    return algo

@@ -28,17 +28,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--rows", type=int, default=30)
     args = parser.parse_args()
-    import torch
-    from ppo_settings import PPOSettings
+    from ppo_settings import warm_compiled_cartpole
 
-    from rlx.envs import CartPole
-
-    torch.set_num_threads(1)
-    config = PPOSettings(num_envs=args.num_envs, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
-    algo = config.build(CartPole)
-    for _ in range(4):
-        algo.collect()
-        algo.step()
+    algo = warm_compiled_cartpole(args.num_envs, warmups=4)
     profiler = cProfile.Profile()
     profiler.enable()
     for _ in range(args.iterations):

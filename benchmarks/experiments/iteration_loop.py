@@ -32,17 +32,9 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, default=64)
     parser.add_argument("--iterations", type=int, default=900)
     args = parser.parse_args()
-    import torch
-    from ppo_settings import PPOSettings
+    from ppo_settings import warm_compiled_cartpole
 
-    from rlx.envs import CartPole
-
-    torch.set_num_threads(1)
-    algo = PPOSettings(num_envs=args.num_envs, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
-    algo = algo.build(CartPole)
-    for _ in range(5):
-        algo.collect()
-        algo.step()
+    algo = warm_compiled_cartpole(args.num_envs, warmups=5)
     times = []
     for _ in range(args.iterations):
         start = time.perf_counter()

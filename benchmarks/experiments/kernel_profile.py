@@ -31,18 +31,10 @@ def main() -> None:
     # Before torch compiles anything: the instrumented kernels, in a cache of their own.
     os.environ["TORCHINDUCTOR_CPP_ENABLE_KERNEL_PROFILE"] = "1"
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlx_kernel_profile_")
-    import torch
-    from ppo_settings import PPOSettings
+    from ppo_settings import warm_compiled_cartpole
     from torch.profiler import ProfilerActivity, profile
 
-    from rlx.envs import CartPole
-
-    torch.set_num_threads(1)
-    algo = PPOSettings(num_envs=args.num_envs, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
-    algo = algo.build(CartPole)
-    for _ in range(3):
-        algo.collect()
-        algo.step()
+    algo = warm_compiled_cartpole(args.num_envs, warmups=3)
     rollout = algo.rollout
     run, calls = ((lambda: rollout.steps(False)), 20) if args.part == "loop" else ((lambda: rollout.tail(None)), 10)
     for _ in range(3):

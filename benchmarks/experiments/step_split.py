@@ -21,9 +21,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch  # noqa: E402
-from ppo_settings import PPOSettings  # noqa: E402
-
-from rlx.envs import CartPole  # noqa: E402
+from ppo_settings import warm_compiled_cartpole  # noqa: E402
 
 PHASES = ("prepare", "gather", "update", "finish_statistics", "run_epochs", "_finish_step")
 ROLLOUT_PHASES = ("begin", "steps", "tail", "finish", "report")
@@ -32,10 +30,7 @@ ROLLOUT_PHASES = ("begin", "steps", "tail", "finish", "report")
 def main() -> None:
     torch.set_num_threads(1)
     B = int(sys.argv[1]) if len(sys.argv) > 1 else 64
-    algo = PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True).build(CartPole)
-    for _ in range(4):
-        algo.collect()
-        algo.step()
+    algo = warm_compiled_cartpole(B, warmups=4)
     spent: dict[str, list[float]] = {}
 
     def timed(name: str, owner=algo):

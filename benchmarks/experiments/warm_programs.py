@@ -1,6 +1,6 @@
 """Compiled programs called directly against through dynamo, on a CPU, side by side.
 
-    python benchmarks/experiments/warm_programs.py [--num-envs 64 1024] [--rounds 8] [--iterations 30]
+    python benchmarks/experiments/warm_programs.py [--num-envs 64 1024] [--rounds 8] [--iterations 30] [--algo ppo|npg]
 
 vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches) with
 ``compile=True``, one thread. Two algorithms built with the same seed: one as rlx runs
@@ -10,10 +10,11 @@ compiled, checking their Python values once a collect and a step), one with ever
 :class:`WarmProgram` kept on dynamo's path (its fallback, set on that algorithm's
 programs: guards skipped once warm by :func:`rlx.core.compiling.call_warm`). Both are
 warmed up alike, then timed in alternating blocks of ``--iterations`` ``collect()`` +
-``step()``, each side first in every other round
-(median ms an iteration per block, then the median of the blocks), and their
-parameters compared bit for bit after the same iterations (the draws differ from
-another process's: each side is seeded before each block). Results:
+``step()``, each side first in every other round (median ms an iteration per block, then
+the median of the blocks), and their parameters compared bit for bit after the same
+iterations (the draws differ from another process's: each side is seeded before each
+block). ``--algo npg``: Pendulum's NPG (T = 32, critic minibatches of 256 rows), whose
+natural step and critic loss are its own warm programs. Results:
 ``benchmarks/experiments/results/warm_programs.jsonl``. See docs/performance.md.
 """
 
@@ -33,20 +34,29 @@ def main() -> None:
     parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 1024])
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--iterations", type=int, default=30)
+    parser.add_argument("--algo", choices=["ppo", "npg"], default="ppo")
     args = parser.parse_args()
     import torch
     from common import EXPERIMENT_RESULTS, append_results, results_path
     from ppo_settings import PPOSettings
 
-    from rlx.envs import CartPole
+    from rlx import NPGConfig
+    from rlx.envs import CartPole, Pendulum
+
+    def programs(algo):
+        own = (algo.compiled_update.program, *algo.phase_programs) if args.algo == "ppo" else algo.warm_programs
+        return (*own, algo.rollout.compiled_loop.program, algo.rollout.tail_warm)
 
     torch.set_num_threads(1)
     rows = []
     for B in args.num_envs:
-        config = PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
-        direct, dynamo = config.build(CartPole), config.build(CartPole)
-        for program in (dynamo.compiled_update.program, dynamo.rollout.compiled_loop.program, *dynamo.phase_programs,
-                        dynamo.rollout.tail_warm):
+        if args.algo == "ppo":
+            config, env = PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True), CartPole
+        else:  # Pendulum's NPG, its critic regressed in minibatches of 256 rows
+            config = NPGConfig(num_envs=B, horizon=32, device="cpu", seed=0, compile=True, critic_minibatch_size=256)
+            env = Pendulum
+        direct, dynamo = config.build(env), config.build(env)
+        for program in programs(dynamo):
             program._direct = lambda args, kwargs, program=program: program._guarded("timed through dynamo")
         sides = {"direct": direct, "dynamo": dynamo}
         times: dict[str, list[float]] = {name: [] for name in sides}
@@ -64,10 +74,9 @@ def main() -> None:
                     times[name].append(1e3 * statistics.median(block))
         same = all(torch.equal(a, b) for a, b in zip(direct.policy.state_dict().values(),
                                                         dynamo.policy.state_dict().values()))
-        fallback = [p.fallback for p in (direct.compiled_update.program, direct.rollout.compiled_loop.program,
-                                         *direct.phase_programs, direct.rollout.tail_warm)]
+        fallback = [p.fallback for p in programs(direct)]
         ms = {name: statistics.median(t) for name, t in times.items()}
-        row = {"num_envs": B, "direct_ms": round(ms["direct"], 2), "dynamo_ms": round(ms["dynamo"], 2),
+        row = {"algo": args.algo, "num_envs": B, "direct_ms": round(ms["direct"], 2), "dynamo_ms": round(ms["dynamo"], 2),
                "speedup": round(ms["dynamo"] / ms["direct"], 3), "same_parameters": same,
                "rounds": args.rounds, "iterations": iterations}
         rows.append(row)

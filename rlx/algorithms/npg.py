@@ -39,7 +39,7 @@ from torch.func import functional_call, grad, vmap
 from rlx.core import distributed as rdist
 from rlx.algorithms.base import Algorithm
 from rlx.algorithms.minibatches import cat_passes, micro_batch_rows, pass_rows, passes
-from rlx.core.compiling import compiled
+from rlx.core.compiling import WarmProgram, recheck_values
 from rlx.core.cuda_graphs import GraphedCall
 from rlx.core.config_fields import ConfigError
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
@@ -127,11 +127,19 @@ class NPG(Algorithm):
             raise ConfigError("NPGConfig.compile is not supported under torch.distributed yet (the natural step's "
                               "all-reduces would run inside the compiled program); got world_size "
                               f"{self.world_size}, expected 1")
-        self._natural_program = compiled(self._natural_step, device=self.device) if self.compiles else self._natural_step
         model = self.policy.model
         self._value_fn = getattr(model, "value", None) or (lambda o: model(o)[1])
-        #: A pass's critic loss (forward and loss; autograd's backward): compiled with ``compile``.
-        self._critic_loss = compiled(self._critic_losses, device=self.device, dynamic=None) if self.compiles else self._critic_losses
+        #: The natural step and a pass's critic loss (forward and loss; autograd's backward),
+        #: each a warm program with ``compile`` (keyed by the subsample's presence and the
+        #: pass's rows; the batch's other dims are the algorithm's).
+        self._natural_program, self._critic_loss = self._natural_step, self._critic_losses
+        self.warm_programs: tuple[WarmProgram, ...] = ()
+        if self.compiles:
+            natural = WarmProgram(self._natural_step, device=self.device)
+            critic = WarmProgram(self._critic_losses, device=self.device, dynamic=None)
+            self._natural_program = lambda samples, index: natural(index is None, samples, index)
+            self._critic_loss = lambda obs, returns: critic(returns.shape[0], obs, returns)
+            self.warm_programs = (natural, critic)
         #: What step() runs on the device: :meth:`update_phase`, through one CUDA graph with ``cudagraphs``.
         self.run_update_phase = self._wrapped_phase()
 
@@ -204,6 +212,7 @@ class NPG(Algorithm):
         """
         self._check_buffered()
         start = time.perf_counter()
+        recheck_values()  # what changed since collect() (max_kl, damping, ...) is seen by the compiled step
         lr, hparams = self.lr, self.hparam_stats()
         stats = self.run_update_phase()
         self._finish_step(obs_statistics=False)  # the phase merged them

@@ -260,7 +260,8 @@ def test_the_compiled_natural_step_equals_the_eager_one(env: str, extra: dict) -
         assert_close(b, a, rtol=1e-9, atol=1e-11, msg=name)
     assert steps[0].step_size.min().item() > 0 and steps[0].cg_residual.max().item() < 1e-12
     # The critic regression's passes run the compiled loss (autograd's backward through it).
-    assert hasattr(program._critic_loss, "_torchdynamo_orig_callable")
+    natural, critic = program.warm_programs
+    assert natural.fallback is None and len(natural.programs) == 1 and not critic.programs
     returns = torch.randn(samples.advantages.shape[0], 1)
     losses = []
     for algo in (eager, program):
@@ -270,6 +271,7 @@ def test_the_compiled_natural_step_equals_the_eager_one(env: str, extra: dict) -
     # summation orders differ by at most 256 · 2^-24 ≈ 1.5e-5 of it (measured 9e-8). Its
     # gradient is elementwise before the float64 network, so the steps stay float64's.
     assert_close(losses[1], losses[0], rtol=2e-5, atol=0.0)
+    assert critic.fallback is None and critic.programs  # the passes after the first called directly
     # Adam divides a gradient entry by sqrt(v) + 1e-8: an entry's rounding δ (<= n·u·Σ|terms|
     # <= 256 · 2^-53 · 10 ≈ 3e-13 here) moves its step by up to lr·δ/1e-8 ≈ 3e-5·lr.
     lr = eager.config.optimizer_kwargs["lr"]
