@@ -149,19 +149,19 @@ class WarmProgram:
     for it, and each such program is then called directly when its values come back.
     Within a round those values are taken as they were (a check costs 10-60 us on a
     CPU, too much for every one of an iteration's 31 calls), so a Python argument that
-    differs from call to call belongs in ``layout``. The guards on tensors, types, identities and module
-    globals are not checked: the caller guarantees that the tensors ``fn`` reads
-    (arguments, parameters, optimizer state, buffers) keep their shapes, dtypes,
-    ``requires_grad`` and aliasing between calls with a key (a program traced on others
-    would run silently), and nobody patches the code. Tensors may be replaced by others
-    alike (a reloaded optimizer state), since the code reads them from their owners at
-    each call. ``fn`` must not change its arguments' Python state (their guards are
-    matched after the first call): it returns what it builds.
+    differs from call to call belongs in ``layout``. The guards on tensors, types,
+    identities and module globals are not checked: the caller guarantees that the
+    tensors ``fn`` reads (arguments, parameters, optimizer state, buffers) keep their
+    shapes, dtypes, ``requires_grad`` and aliasing between calls with a key (a program
+    traced on others would run silently), and nobody patches the code. Tensors may be
+    replaced by others alike (a reloaded optimizer state), since the code reads them
+    from their owners at each call. ``fn`` must not change its arguments' Python state
+    (their guards are matched after the first call): it returns what it builds.
 
     Dynamo's own path costs a compiled call on a CPU its frame evaluation and cache
-    lookup even with guards skipped: calling the code directly made an iteration of
-    vs_jax's CartPole PPO 1.06-1.14x faster at B = 64 (24 such calls an iteration) and
-    1.04x at B = 1024, bit for bit the same (``benchmarks/experiments/warm_programs.py``). Where
+    lookup even with guards skipped: calling the code of all 31 programs of an iteration
+    of vs_jax's CartPole PPO directly made it 1.16x faster at B = 64 and 1.05x at
+    B = 1024, bit for bit the same (``benchmarks/experiments/warm_programs.py``). Where
     the first call did not make one graph (a graph break), or this torch has no dynamo
     cache entries or guard trees to read, that key's calls stay on dynamo's path with its
     guard checks skipped (:func:`call_warm`); :attr:`fallback` says why.
