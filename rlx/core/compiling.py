@@ -181,7 +181,8 @@ class WarmProgram:
         #: Whether a call's arguments map to the parameters by position and name alone.
         self._plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
         #: The compiled programs of each key (layout, grad mode, autocast state): ``[check,
-        #: program, round checked]``; a call runs the first whose Python values pass.
+        #: program, round checked]``, the last one to pass first; a call runs the first
+        #: whose Python values pass.
         self.programs: dict[tuple, list[list[Any]]] = {}
         #: Why the last key that stays on dynamo's path does (``None``: none does).
         self.fallback: str | None = None
@@ -191,16 +192,21 @@ class WarmProgram:
         programs = self.programs.get(key)
         if programs is not None:
             now, values = _round, None
-            for entry in programs:
+            for i, entry in enumerate(programs):
                 check, program, checked = entry
                 if check is not None and checked != now:  # its Python values, once a round
                     values = self._locals(args, kwargs) if values is None else values
                     if not check(values):
                         continue
                     entry[2] = now
+                    if i:  # first from now on: the round's later calls check no stale entry before it
+                        programs.insert(0, programs.pop(i))
                 return program(*args, **kwargs)
         out = self.fn(*args, **kwargs)  # compiles (or finds) dynamo's entry for these inputs
-        self.programs.setdefault(key, []).append([*self._direct(args, kwargs), _round])
+        check, program = self._direct(args, kwargs)
+        programs = self.programs.setdefault(key, [])
+        # The new program first; dynamo's guarded path (no check: it takes any call) last.
+        programs.insert(len(programs) if check is None else 0, [check, program, _round])
         return out
 
     def _locals(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:

@@ -123,6 +123,16 @@ def test_a_warm_program_checks_the_python_values_its_program_baked_in() -> None:
     # Three values of (scale, clip) in each layout: three programs each, each now run
     # directly (no dynamo frame) and chosen by its values.
     assert [len(entries) for entries in program.programs.values()] == [3, 3]
+    # The program of the values now in force comes first in each layout (here the first
+    # one compiled, behind two newer ones): later calls in the round check no stale
+    # program before it.
+    model.scale, model.clip = 1.5, True
+    recheck_values()
+    program("rows=4", x), program("rows=4, shift", x, shift=0.25)
+    assert all(entries[0][2] == compiling._round and [e[2] for e in entries[1:]] != [compiling._round] * 2
+               for entries in program.programs.values())
+    model.scale, model.clip = -3.0, False
+    recheck_values()
     assert _regions(lambda: program("rows=4", x)) == {"Torch-Compiled Region": 0, "## Call CompiledFxGraph": 1}
     model.scale = 2.0  # within the round: not looked at, the program of scale -3 runs
     torch.testing.assert_close(program("rows=4", x), x * model.w * -3.0)
