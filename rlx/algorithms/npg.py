@@ -48,13 +48,19 @@ from rlx.env import OBS
 from rlx.core.natural_gradient import conjugate_gradient, gauss_newton_fvp, kl_hessian_fvp, row_dot
 from rlx.policy import Obs
 from rlx.core.stats import Stats
+from rlx.members.optim import adam_state, steps_functionally
 from rlx.models import split_actor_critic
 
 if TYPE_CHECKING:
     from rlx.config import NPGConfig
     from rlx.env import EnvFactory
 
-__all__ = ["NPG", "split_actor_critic"]
+__all__ = ["MAX_CRITIC_PROGRAM_PASSES", "NPG", "split_actor_critic"]
+
+#: The most passes (of ``micro_batch_size`` rows) a critic minibatch may have to run as one
+#: compiled program with ``compile``; more run as a compiled pass's loss each (the program
+#: unrolls its passes, and its compile time grows with them).
+MAX_CRITIC_PROGRAM_PASSES = 8
 
 
 class _ActorView(nn.Module):
@@ -129,19 +135,51 @@ class NPG(Algorithm):
                               f"{self.world_size}, expected 1")
         model = self.policy.model
         self._value_fn = getattr(model, "value", None) or (lambda o: model(o)[1])
-        #: The natural step and a pass's critic loss (forward and loss; autograd's backward),
-        #: each a warm program with ``compile`` (keyed by the subsample's presence and the
-        #: pass's rows; the batch's other dims are the algorithm's).
+        self._loss_scaled = self.grad_scaler.is_enabled()  # float16 AMP (a compiled program cannot ask)
+        #: Why ``compile`` compiles a critic pass's loss rather than its whole minibatch
+        #: (``None``: it does, or no compile): an optimizer rlx does not step itself.
+        rows = config.num_envs * self.horizon  # each member's
+        critic_passes = len(passes(min(config.critic_minibatch_size or rows, rows) * self.num_seeds, self._micro,
+                                   self.num_seeds))
+        self.critic_fallback = None
+        if self.compiles and not steps_functionally(self.optimizer, self.grad_scaler):
+            self.critic_fallback = (f"optimizer_cls {type(self.optimizer).__name__} with these options (the program "
+                                    "steps Adam and AdamW with one param group, without maximize, differentiable or "
+                                    "a float16 loss scale)")
+        elif self.compiles and critic_passes > MAX_CRITIC_PROGRAM_PASSES:
+            self.critic_fallback = (f"a critic minibatch of {critic_passes} passes (one program holds at most "
+                                    f"{MAX_CRITIC_PROGRAM_PASSES}: it unrolls them)")
+        #: The natural step and a critic minibatch (its passes' losses and backward, the
+        #: clipped optimizer step), each a warm program with ``compile`` (keyed by the
+        #: subsample's presence and the minibatch's rows; the batch's other dims are the
+        #: algorithm's); where the critic's optimizer is torch's to step
+        #: (:attr:`critic_fallback`), a pass's loss is the program and autograd's backward
+        #: and the optimizer's step run around it.
         self._natural_program, self._critic_loss = self._natural_step, self._critic_losses
+        self._critic_update = self.critic_minibatch
         self.warm_programs: tuple[WarmProgram, ...] = ()
         if self.compiles:
-            natural = WarmProgram(self._natural_step, device=self.device)
-            critic = WarmProgram(self._critic_losses, device=self.device, dynamic=None)
+            # Called once a step: its wrapper stays Python (a C++ one over 64 passes took g++
+            # over 18 minutes to compile); so does a critic program's over several passes.
+            natural = WarmProgram(self._natural_step, device=self.device, cpp_wrapper=False)
             self._natural_program = lambda samples, index: natural(index is None, samples, index)
-            self._critic_loss = lambda obs, returns: critic(returns.shape[0], obs, returns)
+            if self.critic_fallback is None:
+                critic = WarmProgram(self.critic_minibatch, device=self.device, autograd=True,
+                                     cpp_wrapper=critic_passes == 1)
+                self._critic_update = lambda obs, returns, index: critic(index.shape[0], obs, returns, index)
+            else:
+                critic = WarmProgram(self._critic_losses, device=self.device, dynamic=None)
+                self._critic_loss = lambda obs, returns: critic(returns.shape[0], obs, returns)
             self.warm_programs = (natural, critic)
         #: What step() runs on the device: :meth:`update_phase`, through one CUDA graph with ``cudagraphs``.
         self.run_update_phase = self._wrapped_phase()
+
+    @property
+    def needs_tensor_lr(self) -> bool:
+        # A compiled critic minibatch steps Adam with the LR as a tensor (a float would be
+        # baked into its program).
+        compiled_adam = self.compiles and self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
+        return self.uses_cuda_graphs or compiled_adam
 
     def _optimized_parameters(self) -> list[nn.Parameter]:
         sample = self.env.observation_spec.rand((2 * self.num_seeds,)).to(self.device)  # whole members
@@ -420,19 +458,33 @@ class NPG(Algorithm):
         cfg, members = self.config, self.members
         n = returns.shape[0] // self.num_seeds
         m = cfg.critic_minibatch_size or n
+        if self.compiles and self.critic_fallback is None:
+            # The Adam state the program reads and writes exists before it runs, in the
+            # parameters' dtype (a program traced on a missing state would make it on
+            # every call).
+            adam_state(self.optimizer, self.critic_params)
         total = torch.zeros(self.num_seeds, device=self.device)
         count = 0
         for _ in range(cfg.optim_critic_iters):
             index = members.epoch_order(n, m, shuffle=True)
             for lo, rows in members.minibatch_bounds(n, m):
-                loss = torch.zeros(self.num_seeds, device=self.device)
-                for first, size in passes(rows, self._micro, self.num_seeds):  # gradients accumulate by share
-                    mb = pass_rows(index[lo : lo + rows], first, size, self.num_seeds)
-                    part = self._critic_loss(obs_normalized[mb], returns[mb])
-                    share = size * self.num_seeds / rows
-                    self.grad_scaler.scale(part.sum() * share if share != 1.0 else part.sum()).backward()
-                    loss = loss + share * part.detach()
-                self.optimizer_step(self.critic_params)
-                total = total + loss
+                total = total + self._critic_update(obs_normalized, returns, index[lo : lo + rows])
                 count += 1
         return total / count
+
+    def critic_minibatch(self, obs_normalized: Obs, returns: Tensor, index: Tensor) -> Tensor:
+        """One critic minibatch, the rows ``index`` of every member alike: the loss in passes
+        whose gradients accumulate by share, then the optimizer step, each member's
+        clipped and gated on its own. Returns each member's loss, ``[S]``. With
+        ``compile`` one program (:attr:`critic_fallback`: where not)."""
+        S, rows = self.num_seeds, index.shape[0]
+        loss = torch.zeros(S, device=self.device)
+        for first, size in passes(rows, self._micro, S):  # gradients accumulate by share
+            mb = pass_rows(index, first, size, S)
+            part = self._critic_loss(obs_normalized[mb], returns[mb])
+            share = size * S / rows
+            total = part.sum() * share if share != 1.0 else part.sum()
+            (self.grad_scaler.scale(total) if self._loss_scaled else total).backward()
+            loss = loss + share * part.detach()
+        self.optimizer_step(self.critic_params)
+        return loss

@@ -259,9 +259,11 @@ def test_the_compiled_natural_step_equals_the_eager_one(env: str, extra: dict) -
     for name, a, b in zip(NaturalStep._fields, *steps):
         assert_close(b, a, rtol=1e-9, atol=1e-11, msg=name)
     assert steps[0].step_size.min().item() > 0 and steps[0].cg_residual.max().item() < 1e-12
-    # The critic regression's passes run the compiled loss (autograd's backward through it).
+    # Each critic minibatch (its passes' losses and backward, the clipped Adam step) runs
+    # as one program.
     natural, critic = program.warm_programs
     assert natural.fallback is None and len(natural.programs) == 1 and not critic.programs
+    assert program.critic_fallback is None and critic._func.__name__ == "critic_minibatch"
     returns = torch.randn(samples.advantages.shape[0], 1)
     losses = []
     for algo in (eager, program):
@@ -271,12 +273,73 @@ def test_the_compiled_natural_step_equals_the_eager_one(env: str, extra: dict) -
     # summation orders differ by at most 256 · 2^-24 ≈ 1.5e-5 of it (measured 9e-8). Its
     # gradient is elementwise before the float64 network, so the steps stay float64's.
     assert_close(losses[1], losses[0], rtol=2e-5, atol=0.0)
-    assert critic.fallback is None and critic.programs  # the passes after the first called directly
+    assert critic.fallback is None and critic.programs  # the minibatches after the first called directly
     # Adam divides a gradient entry by sqrt(v) + 1e-8: an entry's rounding δ (<= n·u·Σ|terms|
     # <= 256 · 2^-53 · 10 ≈ 3e-13 here) moves its step by up to lr·δ/1e-8 ≈ 3e-5·lr.
     lr = eager.config.optimizer_kwargs["lr"]
     for a, b in zip(eager.critic_params, program.critic_params):
         assert_close(b, a, rtol=1e-9, atol=1e-4 * lr)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("optimizer_cls", [torch.optim.Adam, torch.optim.SGD])
+def test_the_compiled_critic_minibatch_follows_a_reload_and_a_new_lr(optimizer_cls) -> None:
+    """With ``compile``, each critic minibatch is one program (its passes' losses and
+    backward, the clipped Adam step); with an optimizer rlx does not step itself (SGD) the
+    program is a pass's loss and ``critic_fallback`` says why. A program's calls after its
+    first skip dynamo's guards, so it must read what changes between calls where it
+    lives: parameters and optimizer state replaced by a load, an LR the schedule moved.
+    Minibatches of 40 and 16 rows in passes of 24 (two layouts, each cut). Compared with
+    eager on the same shuffles, in float64 as in
+    test_the_compiled_natural_step_equals_the_eager_one (Adam turns a gradient entry's
+    rounding into at most ~3e-5·lr a step); reading a stale state or LR would put them
+    an Adam step (~lr) apart."""
+    extra = dict(critic_minibatch_size=40, micro_batch_size=24, optim_critic_iters=2, max_grad_norm=0.5,
+                 optimizer_cls=optimizer_cls)
+    eager, program, other = (_config(compile=flag, **extra).build(Pendulum) for flag in (False, True, False))
+    assert (program.critic_fallback is None) == (optimizer_cls is torch.optim.Adam)
+    for algo in (eager, program, other):
+        algo.policy.double()
+    torch.manual_seed(5)
+    samples = Samples(*_batch(eager))
+    returns = torch.randn(samples.advantages.shape[0], 1)
+
+    def fit(algo) -> torch.Tensor:
+        torch.manual_seed(7)  # the same shuffles
+        return algo._fit_critic(samples.obs_normalized, returns)
+
+    lr = eager.config.optimizer_kwargs["lr"]
+
+    def compare() -> None:
+        losses = [fit(algo) for algo in (eager, program)]
+        assert_close(losses[1], losses[0], rtol=2e-5, atol=0.0)  # float32 means of <= 40 rows
+        for a, b in zip(eager.critic_params, program.critic_params):
+            assert_close(b, a, rtol=1e-9, atol=1e-4 * lr)
+
+    compare()
+    for _ in range(3):  # another run's critic and optimizer state, three fits on
+        fit(other)
+    for algo in (eager, program):
+        algo.load_state_dict(other.state_dict())
+        algo._set_lr(3 * lr)
+    compare()
+    critic = program.warm_programs[1]
+    assert critic.fallback is None and len(critic.programs) == 2  # 40 and 16 rows, called directly
+
+
+@pytest.mark.parametrize("micro, fallback", [(16, "16 passes"), (32, None), (0, None)])
+def test_a_critic_minibatch_of_many_passes_runs_as_a_compiled_pass_each(micro: int, fallback) -> None:
+    """One program unrolls a minibatch's passes (its compile time grows with them): past
+    MAX_CRITIC_PROGRAM_PASSES the critic's passes run as a compiled loss each, the reason
+    named (256 rows a minibatch here: 16 passes of 16 rows, 8 of 32, or one)."""
+    from rlx.algorithms.npg import MAX_CRITIC_PROGRAM_PASSES
+
+    assert MAX_CRITIC_PROGRAM_PASSES == 8
+    algo = _config(compile=True, micro_batch_size=micro).build(Pendulum)
+    if fallback is None:
+        assert algo.critic_fallback is None
+    else:
+        assert fallback in algo.critic_fallback and algo.warm_programs[1]._func.__name__ == "_critic_losses"
 
 
 def test_natural_step_runs_in_float32_under_amp_and_the_critic_trains() -> None:
