@@ -16,7 +16,10 @@ the algorithm is built (:func:`resolve_modes`; ``algo.modes`` holds the choice a
   on past :data:`COMPILE_PAYS_AFTER` ``["cpu"]`` = 3M. On an H100 at B = 4096, graphed,
   3.22M against 3.93M env steps/s after 29 s of compiling (2026-11-26): 5.2e8, so
   ``["cuda"]`` = 5e8. The shipped configs stop at their solve threshold long before
-  either (CartPole PPO after ~33k env steps, 1.3-1.8 s eagerly).
+  either (CartPole PPO after ~33k env steps, 1.3-1.8 s eagerly). A config may rule
+  compiling out where its compile time would not be minutes
+  (``compile_auto_blocker``: NPG on a CPU past 8 passes of rows, whose natural step's
+  program unrolls them).
 """
 
 from __future__ import annotations
@@ -87,6 +90,9 @@ def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent:
         length = "a run of unknown length" if steps is None else f"a run of {steps:.3g} env steps"
         notes["compile"] = (f"{'on' if compiles else 'off'} (auto: {length}; compiling pays past {pays:.3g} on "
                             f"{device.type})")
+        blocker = getattr(config, "compile_auto_blocker", lambda device: None)(device)
+        if compiles and blocker is not None:
+            compiles, notes["compile"] = False, f"off (auto: {blocker})"
     else:
         compiles = bool(compile_field)
         if hasattr(config, "compile"):

@@ -15,6 +15,8 @@ import dataclasses
 import math
 from typing import Any, ClassVar, Literal
 
+import torch
+
 from rlx.algorithms.a2c import A2C, RecurrentA2C
 from rlx.algorithms.base import Algorithm
 from rlx.algorithms.distillation import Distillation
@@ -232,6 +234,11 @@ class DistillationConfig(CommonConfig):
             fail(self, "member_hparams", "is not supported by DistillationConfig yet")
 
 
+#: The most passes of ``micro_batch_size`` rows an NPG natural step may unroll for
+#: ``compile="auto"`` to compile it on a CPU (:meth:`NPGConfig.compile_auto_blocker`).
+NPG_AUTO_COMPILE_PASSES = 8
+
+
 @config_dataclass
 class NPGConfig(CommonConfig):
     """Config of rlx's natural policy gradient (Kakade, 2001) and TRPO (Schulman et al., 2015).
@@ -291,11 +298,15 @@ class NPGConfig(CommonConfig):
     micro_batch_size: int | None = None
     #: ``torch.compile`` (inductor) the natural step (gradient, Fisher-vector products,
     #: conjugate gradient, step size, line search and the parameter update) as one
-    #: program, the critic regression's forward pass and loss, and collect's acting and
-    #: value passes as PPO's ``compile`` does. The
+    #: program, each critic minibatch (its passes' losses and backward, the clipped Adam
+    #: step) as one program where it can (``NPG.critic_fallback`` says where not: a
+    #: compiled loss per pass), and collect's acting and value passes as PPO's
+    #: ``compile`` does. The
     #: first step pays for compiling (about a minute on a CPU; inductor's on-disk cache
-    #: serves later runs). Not under torch.distributed. ``"auto"`` (the default) leaves
-    #: it off (:mod:`rlx.algorithms.modes`).
+    #: serves later runs), which grows with the passes of ``micro_batch_size`` rows the
+    #: program unrolls: on a CPU at 131k rows (64 passes) it did not finish in 20
+    #: minutes. Not under torch.distributed. ``"auto"`` (the default): on where its
+    #: compile time pays within the run (:mod:`rlx.algorithms.modes`).
     compile: bool | Literal["auto"] = "auto"
     #: CUDA only: capture all of ``step()``'s device work (GAE, the natural step, the
     #: critic's regression, the statistics) in one CUDA graph, replayed once a step, and
@@ -305,6 +316,19 @@ class NPGConfig(CommonConfig):
     #: default until a GPU has run ``tests/test_gpu.py``'s NPG capture test; ``"auto"``:
     #: on where it can run, else off, the reason named in ``algo.modes``.
     cudagraphs: bool | Literal["auto"] = False
+
+    def compile_auto_blocker(self, device: torch.device) -> str | None:
+        # The natural step's program unrolls its passes of micro_batch_size rows, and its
+        # compile time grows with them (docs/performance.md): "auto" compiles at most
+        # NPG_AUTO_COMPILE_PASSES on a CPU, counted at the smallest CPU default (2048).
+        if device.type != "cpu":
+            return None
+        micro = self.micro_batch_size if self.micro_batch_size is not None else 2048
+        passes = -(-self.buffer_size // micro) if micro else 1
+        if passes > NPG_AUTO_COMPILE_PASSES:
+            return (f"the natural step's program would unroll {passes} passes of {micro} rows (num_envs * horizon = "
+                    f"{self.buffer_size}), past the {NPG_AUTO_COMPILE_PASSES} it compiles in minutes")
+        return None
 
     def __post_init__(self) -> None:
         super().__post_init__()

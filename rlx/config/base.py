@@ -238,6 +238,11 @@ class CommonConfig:
                     f"the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
         return None
 
+    def compile_auto_blocker(self, device: torch.device) -> str | None:
+        """Why ``compile="auto"`` stays off for these fields on ``device`` even where a run
+        is long enough for compiling to pay (``None``: nothing does)."""
+        return None
+
     #: The algorithm class :meth:`build` constructs (set by each config class).
     algorithm_cls: ClassVar[type[Algorithm]]
 

@@ -91,6 +91,23 @@ def test_auto_compiles_where_the_run_is_long_enough_to_pay_for_it(device: torch.
     assert algo.compiles and algo.prepare != algo.prepared_batch
 
 
+@pytest.mark.parametrize("num_envs, micro, compiles", [(256, None, True), (512, None, False), (512, 4096, True),
+                                                      (4096, 0, True)])
+def test_auto_leaves_npg_eager_on_a_cpu_where_its_natural_step_would_unroll_many_passes(num_envs, micro,
+                                                                                      compiles) -> None:
+    """NPG's natural step unrolls its passes (64 at 131k rows did not compile in 20
+    minutes): ``"auto"`` compiles it on a CPU up to 8 passes (256 envs x 64 steps = 16384
+    rows: 8 of the 2048-row default; 32768 rows: 16; 32768 rows in passes of 4096: 8; no
+    passes), naming the passes where it does not; on CUDA, where no passes are cut, it
+    compiles."""
+    config = NPGConfig(num_envs=num_envs, horizon=64, micro_batch_size=micro)
+    with run_length(10 * COMPILE_PAYS_AFTER["cuda"]):
+        cpu, cuda = (resolve_modes(config, device, 1, False, captures=True) for device in (CPU, CUDA))
+    assert cpu.compile == compiles and cuda.compile
+    if not compiles:
+        assert "16 passes of 2048 rows" in cpu.notes["compile"], cpu.notes
+
+
 def test_rlx_train_says_which_modes_it_chose(tmp_path) -> None:
     out = subprocess.run(
         [sys.executable, "-m", "rlx", "train", "configs/cartpole_ppo.yaml", "--run-dir", str(tmp_path / "run"),
