@@ -15,7 +15,7 @@ import os
 import subprocess
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 #: The repository the benchmarks belong to (and whose commit the results record).
 ROOT = Path(__file__).resolve().parents[1]
@@ -24,7 +24,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: Results of the one-off scripts in ``benchmarks/experiments/``.
 EXPERIMENT_RESULTS = ROOT / "benchmarks" / "experiments" / "results"
 
-__all__ = ["EXPERIMENT_RESULTS", "RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "jax_on_cpu_threads", "results_path",
+__all__ = ["EXPERIMENT_RESULTS", "RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "interleaved_ms", "jax_on_cpu_threads", "results_path",
            "run_fields", "train_until"]
 
 
@@ -144,6 +144,27 @@ def jax_on_cpu_threads(threads: int) -> list[int] | None:
     cpus = sorted(os.sched_getaffinity(0))[:threads]
     os.sched_setaffinity(0, cpus)
     return cpus
+
+
+def interleaved_ms(sides: dict[str, Any], rounds: int, iterations: int, iteration: Callable[[Any], float]) -> dict[str, float]:
+    """Two or more ways of running the same work, timed side by side in one process:
+    ``rounds + 1`` rounds (the first warms up and is not kept), in each a block of
+    ``iterations`` calls of ``iteration(side)`` (which returns the seconds it timed) per
+    side, every side first in turn, each block seeded alike (``torch.manual_seed(round)``).
+    Returns each side's median over the rounds of its blocks' median, in ms."""
+    import statistics
+
+    import torch
+
+    names = sorted(sides)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for r in range(rounds + 1):
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            torch.manual_seed(r)
+            block = [iteration(sides[name]) for _ in range(iterations)]
+            if r:
+                times[name].append(1e3 * statistics.median(block))
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def results_path(name: str, folder: Path = RESULTS) -> Path:

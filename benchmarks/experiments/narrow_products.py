@@ -60,12 +60,18 @@ def products() -> list[dict]:
 
 
 def iteration(args) -> list[dict]:
-    import torch
+    from common import interleaved_ms
     from ppo_settings import PPOSettings
 
     from rlx import NPGConfig
     from rlx.core import compiling
     from rlx.envs import CartPole, Pendulum
+
+    def timed_iteration(algo) -> float:
+        start = time.perf_counter()
+        algo.collect()
+        algo.step()
+        return time.perf_counter() - start
 
     rows = []
     for B in args.num_envs:
@@ -81,20 +87,8 @@ def iteration(args) -> list[dict]:
         finally:
             compiling.CPU_INDUCTOR_OPTIONS["post_grad_custom_post_pass"] = option
         sides = {"transposed": with_pass, "mkl_as_is": without}
-        times: dict[str, list[float]] = {name: [] for name in sides}
         iterations = max(2, args.iterations * 64 // B)
-        for r in range(args.rounds + 1):  # the first round compiles and warms up
-            for name, algo in sorted(sides.items(), reverse=r % 2 == 1):
-                torch.manual_seed(r)
-                block = []
-                for _ in range(iterations):
-                    start = time.perf_counter()
-                    algo.collect()
-                    algo.step()
-                    block.append(time.perf_counter() - start)
-                if r:
-                    times[name].append(1e3 * statistics.median(block))
-        ms = {name: statistics.median(t) for name, t in times.items()}
+        ms = interleaved_ms(sides, args.rounds, iterations, timed_iteration)
         row = {"part": "iteration", "algo": args.algo, "num_envs": B, "transposed_ms": round(ms["transposed"], 2),
                "mkl_as_is_ms": round(ms["mkl_as_is"], 2), "speedup": round(ms["mkl_as_is"] / ms["transposed"], 3),
                "rounds": args.rounds, "iterations": iterations}

@@ -16,7 +16,6 @@ See docs/performance.md.
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -31,11 +30,17 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=10)
     args = parser.parse_args()
     import torch
-    from common import EXPERIMENT_RESULTS, append_results, results_path
+    from common import EXPERIMENT_RESULTS, append_results, interleaved_ms, results_path
 
     from rlx import NPGConfig
     from rlx.core.compiling import WarmProgram
     from rlx.envs import Pendulum
+
+    def timed_step(algo) -> float:
+        algo.collect()
+        start = time.perf_counter()
+        algo.step()
+        return time.perf_counter() - start
 
     torch.set_num_threads(1)
     rows = []
@@ -46,20 +51,7 @@ def main() -> None:
         loss = WarmProgram(loss_only._critic_losses, device="cpu", dynamic=None)  # critic_fallback's program
         loss_only._critic_loss = lambda obs, returns: loss(returns.shape[0], obs, returns)
         loss_only._critic_update = loss_only.critic_minibatch
-        sides = {"program": program, "loss_only": loss_only}
-        times: dict[str, list[float]] = {name: [] for name in sides}
-        for r in range(args.rounds + 1):  # the first round compiles and warms up
-            for name, algo in sorted(sides.items(), reverse=r % 2 == 1):
-                torch.manual_seed(r)
-                block = []
-                for _ in range(args.iterations):
-                    algo.collect()
-                    start = time.perf_counter()
-                    algo.step()
-                    block.append(time.perf_counter() - start)
-                if r:
-                    times[name].append(1e3 * statistics.median(block))
-        ms = {name: statistics.median(t) for name, t in times.items()}
+        ms = interleaved_ms({"program": program, "loss_only": loss_only}, args.rounds, args.iterations, timed_step)
         row = {"num_envs": B, "program_step_ms": round(ms["program"], 2), "loss_only_step_ms": round(ms["loss_only"], 2),
                "speedup": round(ms["loss_only"] / ms["program"], 3), "rounds": args.rounds,
                "iterations": args.iterations}

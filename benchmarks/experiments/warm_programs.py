@@ -21,7 +21,6 @@ natural step and critic loss are its own warm programs. Results:
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -37,7 +36,7 @@ def main() -> None:
     parser.add_argument("--algo", choices=["ppo", "npg"], default="ppo")
     args = parser.parse_args()
     import torch
-    from common import EXPERIMENT_RESULTS, append_results, results_path
+    from common import EXPERIMENT_RESULTS, append_results, interleaved_ms, results_path
     from ppo_settings import PPOSettings
 
     from rlx import NPGConfig
@@ -46,6 +45,12 @@ def main() -> None:
     def programs(algo):
         own = (algo.compiled_update.program, *algo.phase_programs) if args.algo == "ppo" else algo.warm_programs
         return (*own, algo.rollout.compiled_loop.program, algo.rollout.tail_warm)
+
+    def timed_iteration(algo) -> float:
+        start = time.perf_counter()
+        algo.collect()
+        algo.step()
+        return time.perf_counter() - start
 
     torch.set_num_threads(1)
     rows = []
@@ -59,23 +64,11 @@ def main() -> None:
         for program in programs(dynamo):
             program._direct = lambda args, kwargs, program=program: program._guarded("timed through dynamo")
         sides = {"direct": direct, "dynamo": dynamo}
-        times: dict[str, list[float]] = {name: [] for name in sides}
         iterations = max(2, args.iterations * 64 // B)
-        for r in range(args.rounds + 1):  # the first round warms up
-            for name, algo in sorted(sides.items(), reverse=r % 2 == 1):  # each side first in every other round
-                torch.manual_seed(r)
-                block = []
-                for _ in range(iterations):
-                    start = time.perf_counter()
-                    algo.collect()
-                    algo.step()
-                    block.append(time.perf_counter() - start)
-                if r:
-                    times[name].append(1e3 * statistics.median(block))
+        ms = interleaved_ms(sides, args.rounds, iterations, timed_iteration)
         same = all(torch.equal(a, b) for a, b in zip(direct.policy.state_dict().values(),
                                                         dynamo.policy.state_dict().values()))
         fallback = [p.fallback for p in programs(direct)]
-        ms = {name: statistics.median(t) for name, t in times.items()}
         row = {"algo": args.algo, "num_envs": B, "direct_ms": round(ms["direct"], 2), "dynamo_ms": round(ms["dynamo"], 2),
                "speedup": round(ms["dynamo"] / ms["direct"], 3), "same_parameters": same,
                "rounds": args.rounds, "iterations": iterations}
