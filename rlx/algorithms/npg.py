@@ -137,7 +137,8 @@ class NPG(Algorithm):
         self._value_fn = getattr(model, "value", None) or (lambda o: model(o)[1])
         self._loss_scaled = self.grad_scaler.is_enabled()  # float16 AMP (a compiled program cannot ask)
         #: Why ``compile`` compiles a critic pass's loss rather than its whole minibatch
-        #: (``None``: it does, or no compile): an optimizer rlx does not step itself.
+        #: (``None``: it does, or no compile): an optimizer rlx does not step itself, or
+        #: more passes a minibatch than :data:`MAX_CRITIC_PROGRAM_PASSES`.
         rows = config.num_envs * self.horizon  # each member's
         critic_passes = len(passes(min(config.critic_minibatch_size or rows, rows) * self.num_seeds, self._micro,
                                    self.num_seeds))
@@ -152,9 +153,8 @@ class NPG(Algorithm):
         #: The natural step and a critic minibatch (its passes' losses and backward, the
         #: clipped optimizer step), each a warm program with ``compile`` (keyed by the
         #: subsample's presence and the minibatch's rows; the batch's other dims are the
-        #: algorithm's); where the critic's optimizer is torch's to step
-        #: (:attr:`critic_fallback`), a pass's loss is the program and autograd's backward
-        #: and the optimizer's step run around it.
+        #: algorithm's); where :attr:`critic_fallback` says why not, a pass's loss is the
+        #: program and autograd's backward and the optimizer's step run around it.
         self._natural_program, self._critic_loss = self._natural_step, self._critic_losses
         self._critic_update = self.critic_minibatch
         self.warm_programs: tuple[WarmProgram, ...] = ()
