@@ -81,11 +81,11 @@ def iteration(args) -> list[dict]:
             config = NPGConfig(num_envs=B, horizon=32, device="cpu", seed=0, compile=True, critic_minibatch_size=256)
             env = Pendulum
         with_pass = config.build(env)
-        option = compiling.CPU_INDUCTOR_OPTIONS.pop("post_grad_custom_post_pass")
+        compiling.NARROW_PRODUCTS = False
         try:  # each program's options are read when it is made: at build
             without = config.build(env)
         finally:
-            compiling.CPU_INDUCTOR_OPTIONS["post_grad_custom_post_pass"] = option
+            compiling.NARROW_PRODUCTS = True
         sides = {"transposed": with_pass, "mkl_as_is": without}
         iterations = max(2, args.iterations * 64 // B)
         ms = interleaved_ms(sides, args.rounds, iterations, timed_iteration)

@@ -43,16 +43,17 @@ from typing import Any, TypeVar
 
 import torch
 
-from rlx.core.narrow_products import NarrowProducts
-
-__all__ = ["CPU_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "CompiledCall", "WarmProgram", "call_warm", "compiled",
+__all__ = ["CPU_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "NARROW_PRODUCTS", "CompiledCall", "WarmProgram", "call_warm", "compiled",
            "recheck_values"]
 
 #: Inductor options of every function rlx compiles.
 INDUCTOR_OPTIONS: dict[str, Any] = {"cpp.use_decompose_tanh": True}
-#: Added for functions that run on a CPU (:class:`~rlx.core.narrow_products.NarrowProducts`:
-#: products with a narrow result computed transposed, where MKL is several times faster).
-CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True, "post_grad_custom_post_pass": NarrowProducts()}
+#: Added for functions that run on a CPU.
+CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
+#: Whether CPU programs compute products with a narrow result transposed, where MKL is
+#: several times faster (:class:`~rlx.core.narrow_products.NarrowProducts`, inductor's
+#: ``post_grad_custom_post_pass``; made at the first compile, which imports inductor).
+NARROW_PRODUCTS = True
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -101,8 +102,8 @@ def _own_code(fn: Any) -> Any:
 def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False, autograd: bool = False,
              cpp_wrapper: bool = True) -> F:
     """``torch.compile(fn)`` with :data:`INDUCTOR_OPTIONS` (and on a CPU
-    :data:`CPU_INDUCTOR_OPTIONS`), over a cache of its own; ``device`` is where ``fn``'s
-    tensors live.
+    :data:`CPU_INDUCTOR_OPTIONS` and, with :data:`NARROW_PRODUCTS`, the narrow-products
+    pass), over a cache of its own; ``device`` is where ``fn``'s tensors live.
 
     ``cpp_wrapper=False`` keeps a CPU program's wrapper in Python: for a large program
     called once a step, whose C++ wrapper would be one function of thousands of calls
@@ -113,7 +114,13 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
     ``torch.autograd.grad``: dynamo's ``trace_autograd_ops``, set for its calls only), so a
     function that takes a gradient and steps on it (PPO's minibatch update) compiles as
     one program rather than breaking at the backward pass."""
-    options = INDUCTOR_OPTIONS | (CPU_INDUCTOR_OPTIONS if torch.device(device).type == "cpu" else {})
+    options = dict(INDUCTOR_OPTIONS)
+    if torch.device(device).type == "cpu":
+        options |= CPU_INDUCTOR_OPTIONS
+        if NARROW_PRODUCTS:
+            from rlx.core.narrow_products import NarrowProducts  # inductor's import: only when compiling
+
+            options["post_grad_custom_post_pass"] = NarrowProducts()
     if not cpp_wrapper:
         options = {**options, "cpp_wrapper": False}
     program = torch.compile(_own_code(fn), dynamic=dynamic, options=options)

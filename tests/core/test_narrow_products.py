@@ -7,7 +7,7 @@ import torch
 from torch._inductor.utils import run_and_get_code
 from torch.fx.experimental.proxy_tensor import make_fx
 
-from rlx.core.compiling import CPU_INDUCTOR_OPTIONS, compiled
+from rlx.core.compiling import NARROW_PRODUCTS, compiled
 from rlx.core.narrow_products import NarrowProducts, is_narrow
 
 mm = torch.ops.aten.mm.default
@@ -59,7 +59,7 @@ def test_compiled_cpu_programs_run_the_pass_and_match_eager() -> None:
     compiled Linear layer's forward and backward with 4 inputs computes its weight
     gradient (the narrow product) transposed, and equals eager's in float64 to the bound
     of two summation orders."""
-    assert isinstance(CPU_INDUCTOR_OPTIONS["post_grad_custom_post_pass"], NarrowProducts)
+    assert NARROW_PRODUCTS
     torch.manual_seed(0)
     layer = torch.nn.Linear(4, 64, dtype=torch.float64)
     x = torch.randn(512, 4, dtype=torch.float64)
