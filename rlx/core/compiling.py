@@ -122,7 +122,7 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
 
             options["post_grad_custom_post_pass"] = NarrowProducts()
     if not cpp_wrapper:
-        options = {**options, "cpp_wrapper": False}
+        options["cpp_wrapper"] = False
     program = torch.compile(_own_code(fn), dynamic=dynamic, options=options)
     if not autograd:
         return program  # type: ignore[return-value]

@@ -48,18 +48,17 @@ class NarrowProducts(CustomGraphPass):
             if node.op != "call_function" or node.target is not _mm:
                 continue
             a, b = node.args
-            vals = [getattr(x, "meta", {}).get("val") for x in (node, a, b)]
-            if any(v is None for v in vals) or not is_narrow(*vals[0].shape):
+            out, a_val, b_val = (getattr(x, "meta", {}).get("val") for x in (node, a, b))
+            if out is None or a_val is None or b_val is None or not is_narrow(*out.shape):
                 continue
             with graph.inserting_before(node):
                 bt = graph.call_function(_permute, (b, [1, 0]))
                 at = graph.call_function(_permute, (a, [1, 0]))
                 product = graph.call_function(_mm, (bt, at))
                 result = graph.call_function(_permute, (product, [1, 0]))
-            for new, source, dims in ((bt, b, (1, 0)), (at, a, (1, 0))):
-                new.meta["val"] = source.meta["val"].permute(*dims)
-            product.meta["val"] = torch.mm(bt.meta["val"], at.meta["val"])
-            result.meta["val"] = product.meta["val"].permute(1, 0)
+            bt.meta["val"], at.meta["val"] = b_val.t(), a_val.t()
+            product.meta["val"] = torch.mm(b_val.t(), a_val.t())
+            result.meta["val"] = product.meta["val"].t()
             node.replace_all_uses_with(result)
             graph.erase_node(node)
 
