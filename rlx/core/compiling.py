@@ -43,13 +43,20 @@ from typing import Any, TypeVar
 
 import torch
 
-__all__ = ["CPU_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "NARROW_PRODUCTS", "CompiledCall", "WarmProgram", "call_warm", "compiled",
-           "recheck_values"]
+__all__ = ["CPU_INDUCTOR_OPTIONS", "CUDA_INDUCTOR_OPTIONS", "INDUCTOR_OPTIONS", "NARROW_PRODUCTS", "CompiledCall",
+           "WarmProgram", "call_warm", "compiled", "recheck_values"]
 
 #: Inductor options of every function rlx compiles.
 INDUCTOR_OPTIONS: dict[str, Any] = {"cpp.use_decompose_tanh": True}
 #: Added for functions that run on a CPU.
 CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
+#: Added for functions that run on a GPU. Inductor's loop reordering after fusion failed
+#: PPO's minibatch update on an H100 with torch 2.11.0+cu130 (``AssertionError`` in
+#: ``Scheduler.reorder_loops_by_dep_pair``: a fused node where it expects a single one;
+#: 2026-11-27, ``benchmarks/results/gpu_check_nvidia-h100_2026-11-27/run1_parts.log``).
+#: Without it the update compiled, its GPU tests passed, and it ran at 14.9M env steps/s
+#: at B = 4096 under CUDA graphs against 8.5M graphed uncompiled.
+CUDA_INDUCTOR_OPTIONS: dict[str, Any] = {"loop_ordering_after_fusion": False}
 #: Whether CPU programs compute products with a narrow result transposed, where MKL is
 #: several times faster (:class:`~rlx.core.narrow_products.NarrowProducts`, inductor's
 #: ``post_grad_custom_post_pass``; made at the first compile, which imports inductor).
@@ -103,7 +110,8 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
              cpp_wrapper: bool = True) -> F:
     """``torch.compile(fn)`` with :data:`INDUCTOR_OPTIONS` (and on a CPU
     :data:`CPU_INDUCTOR_OPTIONS` and, with :data:`NARROW_PRODUCTS`, the narrow-products
-    pass), over a cache of its own; ``device`` is where ``fn``'s tensors live.
+    pass; elsewhere :data:`CUDA_INDUCTOR_OPTIONS`), over a cache of its own; ``device``
+    is where ``fn``'s tensors live.
 
     ``cpp_wrapper=False`` keeps a CPU program's wrapper in Python: for a large program
     called once a step, whose C++ wrapper would be one function of thousands of calls
@@ -121,6 +129,8 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
             from rlx.core.narrow_products import NarrowProducts  # inductor's import: only when compiling
 
             options["post_grad_custom_post_pass"] = NarrowProducts()
+    else:
+        options |= CUDA_INDUCTOR_OPTIONS
     if not cpp_wrapper:
         options["cpp_wrapper"] = False
     program = torch.compile(_own_code(fn), dynamic=dynamic, options=options)
