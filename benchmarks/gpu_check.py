@@ -9,12 +9,14 @@ runs the parts in one subprocess, each still reported on its own); the limits
 add up to at most ``--budget-s`` (default 420 s: 7 minutes, compile caches empty), and
 a part whose limit no longer fits is skipped by name. The parts, in priority order:
 
-1. ``gpu_tests``: ``pytest -m gpu tests/`` (the tests that need CUDA), pass/fail counts
-   and the failures' names.
-2. ``vs_jax``: :func:`vs_jax.run` at B = 4096, 65536 and 262144, 4 minibatches, rlx
-   ``eager``, ``cudagraphs``, ``compile+cudagraphs`` and ``cudagraphs-step`` (step()'s
-   whole device work one graph, ``cudagraphs_scope="step"``) against the whole-program
-   JAX PPO timed warm (called once, then timed); rlx alone when JAX is not installed.
+1. ``gpu_tests``: ``pytest -m gpu tests/`` (the tests that need CUDA; four processes
+   where pytest-xdist is installed), pass/fail counts and the failures' names; its log is
+   written as it runs.
+2. ``vs_jax``: :func:`vs_jax.run` at B = 4096, 65536 and 262144, 4 minibatches, the
+   whole-program JAX PPO timed warm (called once, then timed), then rlx
+   ``compile+cudagraphs``, ``cudagraphs-step`` (step()'s whole device work one graph,
+   ``cudagraphs_scope="step"``), ``cudagraphs`` and ``eager``, each mode on its own (one
+   that fails is a row naming its error); rlx alone when JAX is not installed.
 3. ``profile``: one ``collect()`` and one ``step()`` profiled at B = 4096 and 65536 in
    the fastest modes (``compile+cudagraphs`` and ``cudagraphs-step``): wall ms, GPU-busy ms, kernel count and the
    10 costliest kernels of each phase.
@@ -51,8 +53,11 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 
 #: Each part's time limit (seconds) on a GPU, and on the CPU with ``--dry-run``.
-LIMITS = {"gpu_tests": (150, 60), "vs_jax": (150, 90), "profile": (90, 60), "members": (45, 60), "npg": (50, 60),
-          "rsl_rl": (60, 60)}
+#: On an H100 (2026-11-27, from empty caches where it says so): the GPU tests 139 s in one
+#: process, vs_jax past 150 s (B = 262144 unfinished), profile 28 s, members 14 s, npg 23
+#: s, rsl_rl 40 s (its compiled side failing early). Together at most 420 s, 7 minutes.
+LIMITS = {"gpu_tests": (120, 60), "vs_jax": (150, 90), "profile": (45, 60), "members": (25, 60), "npg": (35, 60),
+          "rsl_rl": (45, 60)}
 #: The files written to ``--out``.
 FILES = ("summary.md", "results.jsonl", "gpu_tests.log", "parts.log")
 
@@ -86,28 +91,61 @@ def part_gpu_tests(dry_run: bool, out: Path) -> None:
     args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rf", "-m", "gpu"]
     # On the CPU every gpu test skips: the dry run collects those of tests/test_gpu.py and
     # runs none (collecting the whole suite, as the GPU run does, costs 15 s here).
-    args += ["tests/test_gpu.py", "--collect-only"] if dry_run else ["tests/"]
-    done = subprocess.run(args, cwd=ROOT, capture_output=True, text=True)
-    (out / "gpu_tests.log").write_text(done.stdout[-200_000:] + done.stderr[-20_000:])
-    last = (done.stdout.strip().splitlines() or [""])[-1]
-    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in done.stdout.splitlines() if line.startswith("FAILED ")]
+    args += ["tests/test_gpu.py", "--collect-only"] if dry_run else ["tests/"] + _workers()
+    log = out / "gpu_tests.log"
+    with open(log, "w") as f:  # written as pytest goes: a run stopped at the part's limit keeps its log
+        done = subprocess.run(args, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT, text=True)
+    lines = log.read_text().splitlines()
+    last = (lines or [""])[-1]
+    failed = [line.split(" ", 1)[1].split(" - ")[0] for line in lines if line.startswith(("FAILED ", "ERROR "))]
     _emit({"part": "gpu_tests", "summary": last.strip("= "), "failed": failed, "returncode": done.returncode})
 
 
+def _workers() -> list[str]:
+    """pytest-xdist's workers for the GPU run where it is installed: 59 GPU tests took 139 s
+    in one process on an H100 (2026-11-27), most of it compiling, past the part's limit
+    from empty caches; four processes share the GPU (the tests check values, not times)."""
+    import importlib.util
+
+    return ["-n", "4"] if importlib.util.find_spec("xdist") else []
+
+
+#: vs_jax's sizes and rlx modes on a GPU, fastest mode first, and in a dry run.
+VS_JAX = ([4096, 65536, 262144], ["compile+cudagraphs", "cudagraphs-step", "cudagraphs", "eager"])
+VS_JAX_DRY = ([64], ["eager"])
+
+
 def part_vs_jax(dry_run: bool, out: Path) -> None:
+    """JAX once per size, then each rlx mode on its own: a mode that fails is a row
+    naming its error, and the modes after it still run (on 2026-11-27 one failing compiled
+    mode took the size's finished rows with it). The modes go fastest first, eager last,
+    so a size cut short by the part's limit keeps the rows that matter most."""
+    import math
+
     import vs_jax
 
     try:
-        import jax  # noqa: F401
+        import jax_ppo  # noqa: F401 (JAX, flax and optax)
         jax_side = True
     except ImportError:
         jax_side = False
     device = _device(dry_run)
-    sizes, modes = ([64], ["eager"]) if dry_run else ([4096, 65536, 262144],
-                                                      ["eager", "cudagraphs", "cudagraphs-step", "compile+cudagraphs"])
-    for B in sizes:  # one size at a time: a size that fails leaves the others' rows
-        for row in vs_jax.run(device, [B], [4], modes, iterations=2 if dry_run else 0, rounds=1, jax_side=jax_side):
-            _emit({"part": "vs_jax", **row, "jax": "warm" if jax_side else "not installed"})
+    sizes, modes = VS_JAX_DRY if dry_run else VS_JAX
+    iterations = 2 if dry_run else 0
+    for B in sizes:
+        jax_rate = math.nan
+        if jax_side:
+            (row,) = vs_jax.run(device, [B], [4], [], iterations=iterations, rounds=1)
+            jax_rate = row["steps_per_s"]
+            _emit({"part": "vs_jax", **row, "jax": "warm"})
+        for mode in modes:
+            try:
+                (row,) = vs_jax.run(device, [B], [4], [mode], iterations=iterations, rounds=1, jax_side=False)
+            except Exception as e:  # noqa: BLE001 (reported as the mode's row; the next mode runs)
+                _emit({"part": "vs_jax", "side": mode, "num_envs": B, "error": f"{type(e).__name__}: {e}"[:300]})
+                continue
+            _emit({"part": "vs_jax", **row, "vs_jax": round(row["steps_per_s"] / jax_rate, 3),
+                   "jax": "warm" if jax_side else "not installed"})
 
 
 def _algo(B: int, device: str, mode: str, num_seeds: int = 1):
@@ -309,6 +347,8 @@ def _summary(rows: list[dict], header: str) -> str:
             lines.append(f"- **{part}**: {row['status']} in {row['seconds']} s")
         elif part == "gpu_tests":
             lines.append(f"  - {row['summary']}" + (f"; failed: {', '.join(row['failed'])}" if row["failed"] else ""))
+        elif part == "vs_jax" and "error" in row:
+            lines.append(f"  - B={row['num_envs']} {row['side']}: {row['error']}")
         elif part == "vs_jax":
             lines.append(f"  - B={row['num_envs']} {row['side']} [{row['precision']}]: {row['steps_per_s']:,} env steps/s, "
                          f"rlx/JAX {row['vs_jax']}, first iteration {row['compile_s']} s")

@@ -75,3 +75,24 @@ def test_parts_run_together_each_report_on_their_own(tmp_path: Path, capsys: pyt
     assert {"part": "fine", "value": 1} in rows
     rows, _ = gpu_check._run_part("members,npg", True, tmp_path, limit=0.5)  # neither finishes
     assert [(r["part"], r["status"]) for r in rows] == [("members", "timed out after 0 s"), ("npg", "timed out after 0 s")]
+
+
+def test_a_vs_jax_mode_that_fails_is_a_row_and_the_next_mode_still_runs(monkeypatch, capsys) -> None:
+    """On 2026-11-27 one compiled mode's error took its size's finished rows with it: each
+    mode now runs on its own, and its error is its row."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import gpu_check
+    import vs_jax
+
+    def run(device, sizes, minibatches, modes, **kwargs):
+        if modes == ["boom"]:
+            raise RuntimeError("inductor said no")
+        return [{"side": m, "num_envs": sizes[0], "steps_per_s": 1000, "precision": "float32", "compile_s": 0.0}
+                for m in modes or ["jax"]]
+
+    monkeypatch.setattr(vs_jax, "run", run)
+    monkeypatch.setattr(gpu_check, "VS_JAX_DRY", ([64], ["boom", "eager"]))
+    gpu_check.part_vs_jax(True, Path("."))
+    rows = [json.loads(line[4:]) for line in capsys.readouterr().out.splitlines() if line.startswith("ROW ")]
+    sides = [(r["side"], r.get("error")) for r in rows]
+    assert ("boom", "RuntimeError: inductor said no") in sides and ("eager", None) in sides, sides
