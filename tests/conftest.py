@@ -45,6 +45,15 @@ def _cpu_threads() -> None:
         _CPU_THREADS.update()
 
 
+@pytest.fixture(autouse=True)
+def _matmul_precision():
+    """torch's float32 matmul precision is process-wide, and a CUDA build sets it (TF32 by
+    default): each test starts from the one the session started with."""
+    before = torch.get_float32_matmul_precision()
+    yield
+    torch.set_float32_matmul_precision(before)
+
+
 class ScriptedEnv(Env):
     """Deterministic episodes: sub-env ``i`` ends every ``i % 5 + 1`` steps.
 

@@ -85,7 +85,6 @@ class Algorithm(MemberValues, ABC):
             )
         if config.seed is not None:
             torch.manual_seed(config.seed + self.rank)  # one seed stream per rank
-        apply_matmul_precision(config.matmul_precision)  # process-wide, as torch keeps it
         # num_seeds = S members: S * B sub-envs, rows i*B:(i+1)*B for member i (rlx.members).
         self.num_seeds = config.num_seeds
         self.members = Members(self.num_seeds, self.device)
@@ -122,6 +121,7 @@ class Algorithm(MemberValues, ABC):
         if self.device.type == "cpu":
             self.policy.max_rows_per_pass = VALUE_PASS_ROWS
         self.modes = resolve_modes(config, self.device, self.world_size, self.policy.recurrent, captures=self.captures)
+        apply_matmul_precision(self.modes.matmul_precision)  # process-wide, as torch keeps it
         fns = self._rollout_fns()
         graph_safe = env_is_graph_safe(self.env) and not self.policy.recurrent
         graphed = self.uses_cuda_graphs and self.device.type == "cuda" and graph_safe

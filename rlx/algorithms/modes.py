@@ -1,12 +1,13 @@
-"""``compile`` and ``cudagraphs``: on, off, or ``"auto"`` (the default), resolved once when
-the algorithm is built (:func:`resolve_modes`; ``algo.modes`` holds the choice and why).
+"""``compile``, ``cudagraphs`` and ``matmul_precision``: on, off (a precision), or
+``"auto"`` (the default), resolved once when the algorithm is built
+(:func:`resolve_modes`; ``algo.modes`` holds the choice and why).
 
 ``"auto"`` picks the fastest mode that is correct for the config, the device and the env:
 
-* **cudagraphs**: on wherever it can run (CUDA; PPO and A2C; Adam or AdamW; equal
+* **cudagraphs**: on wherever it can run (CUDA; PPO, A2C and NPG; Adam or AdamW; equal
   minibatches; no AMP, gradient accumulation, RND or recurrent policy; one process), off
-  elsewhere, the reason named. Graphed, CartPole PPO ran about 7x its eager rate at
-  B = 4096 on an H100 (GPU suite, 2026-11-24).
+  elsewhere, the reason named. Graphed, CartPole PPO ran 8.5M env steps/s at B = 4096 on
+  an H100 against 1.4M eagerly (2026-11-27, ``docs/gpu.md``).
 * **compile**: on where its compile time pays within the run, which only a caller that
   knows the run's length can say (:func:`run_length`: ``rlx train`` passes its
   ``max_env_steps``); off otherwise. Break-even, from the measured rates and compile times
@@ -14,12 +15,15 @@ the algorithm is built (:func:`resolve_modes`; ``algo.modes`` holds the choice a
   B = 64 (20.9k eager against 60.9k env steps/s compiled, 9.8 s to compile), 2.7M at
   B = 1024 (55.0k against 97.9k, 21.1 s), 1.4M at B = 4096 (64.1k against 127k, 10.4 s):
   on past :data:`COMPILE_PAYS_AFTER` ``["cpu"]`` = 3M. On an H100 at B = 4096, graphed,
-  3.22M against 3.93M env steps/s after 29 s of compiling (2026-11-26): 5.2e8, so
-  ``["cuda"]`` = 5e8. The shipped configs stop at their solve threshold long before
+  8.5M against 14.9M env steps/s compiled after a 33 s first iteration (2026-11-27, from
+  an empty cache with the GPU tests beside it): 6.5e8 (3.7e9 at B = 65536, 26.6M against
+  35.0M), so ``["cuda"]`` = 5e8. The shipped configs stop at their solve threshold long before
   either (CartPole PPO after ~33k env steps, 1.3-1.8 s eagerly). A config may rule
   compiling out where its compile time would not be minutes
   (``compile_auto_blocker``: NPG on a CPU past 8 passes of rows, whose natural step's
   program unrolls them).
+* **matmul_precision**: TF32 on CUDA, torch's setting elsewhere
+  (:data:`rlx.core.precision.AUTO_MATMUL_PRECISION`).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 import torch
 
 from rlx.core.config_fields import ConfigError
+from rlx.core.precision import resolve_matmul_precision
 
 __all__ = ["COMPILE_PAYS_AFTER", "Modes", "cudagraphs_blocker", "resolve_modes", "run_length"]
 
@@ -59,10 +64,13 @@ class Modes:
 
     compile: bool = False
     cudagraphs: bool = False
+    #: ``matmul_precision`` resolved for the device (``None``: torch's setting left).
+    matmul_precision: str | None = None
     notes: dict[str, str] = field(default_factory=dict)
 
     def summary(self) -> str:
-        """``"compile off (auto: ...), cudagraphs on (auto)"``: what ``rlx train`` prints."""
+        """``"compile off (auto: ...), cudagraphs on (auto), matmul_precision tf32 (auto)"``:
+        what ``rlx train`` prints."""
         return ", ".join(f"{name} {note}" for name, note in self.notes.items())
 
 
@@ -109,4 +117,8 @@ def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent:
             raise ConfigError(f"{type(config).__name__}.cudagraphs: {why}")
         if captures and hasattr(config, "cudagraphs"):
             notes["cudagraphs"] = "on" if graphs else "off"
-    return Modes(compiles, graphs, notes)
+    name = getattr(config, "matmul_precision", None)
+    precision = resolve_matmul_precision(name, device)
+    if name == "auto":
+        notes["matmul_precision"] = f"{precision or 'as torch has it'} (auto on {device.type})"
+    return Modes(compiles, graphs, precision, notes)

@@ -197,6 +197,7 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         model_cls=nets["model_cls"], model_config=nets["model_config"],
         obs_groups={k: list(v) for k, v in obs_groups.items() if k in ("actor", "critic")} if obs_groups else None,
         device=device, seed=cfg.get("seed"), **symmetry, rnd=rnd, compile=compile_mode is not None,
+        matmul_precision=None,  # torch's setting, as rsl_rl leaves it (rlx's CUDA default is TF32)
     )
 
 

@@ -105,7 +105,8 @@ def test_cudagraphs_needs_equal_minibatches_and_no_amp() -> None:
 
 def test_npgs_cudagraphs_needs_adam_for_the_critic_and_no_amp() -> None:
     """NPG captures its whole step: no minibatch condition, the critic's optimizer and AMP
-    refused by name; off by default, and "auto" falls back on a CPU, saying why."""
+    refused by name; "auto" by default (on where it can run: CUDA), which falls back on a
+    CPU, saying why."""
     from rlx import NPGConfig
     from rlx.envs import Pendulum
 
@@ -115,8 +116,8 @@ def test_npgs_cudagraphs_needs_adam_for_the_critic_and_no_amp() -> None:
         NPGConfig(num_envs=10, horizon=10, cudagraphs=True, optimizer_cls=torch.optim.SGD)
     with pytest.raises(ValueError, match=r"NPGConfig.cudagraphs: must be"):
         NPGConfig(num_envs=10, horizon=10, cudagraphs="yes")
-    assert NPGConfig().cudagraphs is False
-    algo = NPGConfig(num_envs=10, horizon=10, cudagraphs="auto", device="cpu").build(Pendulum)
+    assert NPGConfig().cudagraphs == "auto"
+    algo = NPGConfig(num_envs=10, horizon=10, device="cpu").build(Pendulum)
     assert not algo.uses_cuda_graphs and algo.modes.notes["cudagraphs"] == "off (auto: needs a CUDA device, got cpu)"
     assert algo.run_update_phase == algo.update_phase
 

@@ -47,6 +47,7 @@ def test_rsl_rl_5x_fields_map_to_the_rlx_fields_that_do_the_same() -> None:
     assert c.kl_adaptive_lr and c.target_kl_div == 0.01 and c.kl_adaptive_lr_bounds == (1e-5, 1e-2)
     assert c.optimizer_cls is torch.optim.Adam and c.optimizer_kwargs["lr"] == 1e-3
     assert not c.normalize_rewards and not c.normalize_obs and c.seed == 0
+    assert c.matmul_precision is None  # torch's setting, as under rsl_rl (not rlx's TF32 on CUDA)
     assert c.model_config == {"hiddens": [64, 64], "critic_hiddens": [64, 32], "activation_fn": "elu",
                               "log_std_init": math.log(0.5)}
     assert c.obs_groups == {"actor": ["policy"], "critic": ["policy", "critic"]}
