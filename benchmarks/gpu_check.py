@@ -16,7 +16,8 @@ a part whose limit no longer fits is skipped by name. The parts, in priority ord
    whole-program JAX PPO timed warm (called once, then timed), then rlx
    ``compile+cudagraphs-step``, ``compile+cudagraphs``, ``cudagraphs-step`` (``-step``:
    step()'s whole device work one graph, ``cudagraphs_scope="step"``, the default; else
-   a graph per minibatch update), ``cudagraphs`` and ``eager``, each mode on its own (one
+   a graph per minibatch update), ``cudagraphs``, ``compile+cudagraphs-step+amp`` (bf16
+   autocast: a row of its own, not JAX's arithmetic) and ``eager``, each mode on its own (one
    that fails is a row naming its error); rlx alone when JAX is not installed.
 3. ``profile``: one ``collect()`` and one ``step()`` profiled at B = 4096 and 65536 in
    the fastest modes (``compile+cudagraphs-step`` and ``cudagraphs-step``): wall ms, GPU-busy ms, kernel count and the
@@ -113,7 +114,7 @@ def _workers() -> list[str]:
 
 #: vs_jax's sizes and rlx modes on a GPU, fastest mode first, and in a dry run.
 VS_JAX = ([4096, 65536, 262144], ["compile+cudagraphs-step", "compile+cudagraphs", "cudagraphs-step", "cudagraphs",
-                                   "eager"])
+                                   "compile+cudagraphs-step+amp", "eager"])
 VS_JAX_DRY = ([64], ["eager"])
 
 
@@ -155,7 +156,7 @@ def _algo(B: int, device: str, mode: str, num_seeds: int = 1):
 
     return PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config(
         device, compile="compile" in mode, cudagraphs="cudagraphs" in mode, num_seeds=num_seeds,
-        cudagraphs_scope="step" if mode.endswith("-step") else "minibatch")
+        cudagraphs_scope="step" if "-step" in mode else "minibatch")
 
 
 def _profile_phase(fn, device: str) -> dict:

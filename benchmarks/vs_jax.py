@@ -17,9 +17,9 @@ program: the whole run is one ``jax.jit``). For each setting and round, interlea
   update compiles whole, :meth:`rlx.algorithms.ppo.PPO.minibatch_update`; ``cudagraphs``
   and ``compile+cudagraphs`` on CUDA, each minibatch update a graph, and
   ``cudagraphs-step`` and ``compile+cudagraphs-step``, step()'s whole device work one
-  graph (``cudagraphs_scope="step"``); ``compile+amp``: that program under bf16 autocast
-  (not JAX's float32 arithmetic, and so a row of its own; fp16 with a GradScaler on a GPU
-  before Ampere): the first iteration's time (compiling included), then steady-state env
+  graph (``cudagraphs_scope="step"``); ``compile+amp`` and ``compile+cudagraphs-step+amp``:
+  those programs under bf16 autocast (not JAX's float32 arithmetic, and so rows of their
+  own; fp16 with a GradScaler on a GPU before Ampere, which graphs refuse): the first iteration's time (compiling included), then steady-state env
   steps/s of ``collect()`` + ``step()`` over the same iterations, and the same return.
 
 Every row names its matmul precision (``float32``, or ``tf32`` where CUDA's TF32 matmuls
@@ -91,7 +91,7 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
                 for mode in modes:
                     config = s.rlx_config(device, seed=r, compile="compile" in mode,
                                           cudagraphs="cudagraphs" in mode, amp="amp" in mode,
-                                          cudagraphs_scope="step" if mode.endswith("-step") else "minibatch")
+                                          cudagraphs_scope="step" if "-step" in mode else "minibatch")
                     algo = config.build(CartPole)
                     start = time.perf_counter()
                     algo.collect()
@@ -149,7 +149,7 @@ def main() -> None:
     parser.add_argument("--minibatches", type=int, nargs="+", default=[4, 64])
     parser.add_argument("--modes", nargs="+", default=["eager", "compile"],
                         choices=["eager", "compile", "cudagraphs", "compile+cudagraphs", "cudagraphs-step",
-                                 "compile+cudagraphs-step", "compile+amp"])
+                                 "compile+cudagraphs-step", "compile+amp", "compile+cudagraphs-step+amp"])
     parser.add_argument("--iterations", type=int, default=0, help="iterations timed per run (default: ~0.5M env steps, at least 4, 10 on CUDA)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)

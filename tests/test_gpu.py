@@ -103,10 +103,12 @@ def test_auto_modes_graph_the_default_config_on_cuda() -> None:
     for stats in _run_without_syncs(algo):
         assert all(isinstance(v, float) for v in stats.values())
     assert _update_captured(algo) and algo.rollout.graphs[False].captured
+    # bf16 on an H100 for one member as for many: no loss scale, Adam's step on the device,
+    # so the AMP update is graphed too; accumulated gradients fall back by name.
     amp = AlgorithmConfig(num_envs=64, horizon=8, device="cuda", enable_amp=True).build(CartPole)
-    assert not amp.uses_cuda_graphs and "enable_amp" in amp.modes.notes["cudagraphs"]
-    # bf16 on an H100 for one member as for many: no loss scale, Adam's step on the device.
-    assert amp.amp_dtype == torch.bfloat16 and not amp.grad_scaler.is_enabled()
+    assert amp.uses_cuda_graphs and amp.amp_dtype == torch.bfloat16 and not amp.grad_scaler.is_enabled()
+    accumulated = AlgorithmConfig(num_envs=64, horizon=8, device="cuda", accumulate_grads=True).build(CartPole)
+    assert not accumulated.uses_cuda_graphs and "accumulate_grads" in accumulated.modes.notes["cudagraphs"]
 
 
 def test_cudagraphed_update_keeps_the_kl_early_stop_of_the_eager_one() -> None:
@@ -496,7 +498,8 @@ def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone(extra: d
     {"target_kl_div": 0.002, "normalize_obs": True, "lr_schedule": [(0, 1e-3), (100_000, 1e-4)]},
     {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}, "target_kl_div": 0.01},
     {"compile": True},
-], ids=["one", "kl_stop_schedule", "members", "compiled"])
+    {"enable_amp": True, "target_kl_div": 0.01},
+], ids=["one", "kl_stop_schedule", "members", "compiled", "amp"])
 def test_the_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> None:
     """``cudagraphs_scope="step"``: one graph holds all of step()'s device work (GAE, the
     epochs' orders and gathers, the minibatch updates with the KL early stop's gating,

@@ -79,12 +79,19 @@ def test_algorithms_page_npg_example_runs_and_improves_pendulum() -> None:
     algo, stats = namespace["algo"], namespace["stats"]
     assert 0 < stats["monitors/kl_div"] < 0.1
     # Pendulum episodes last 200 steps and started together: within 4 collects of 64
-    # steps every env finishes one. The untrained policy scores -1170 to -1300 per
-    # collect (seeds 0-2); after these 60 steps the best of 4 collects ranged from -250
-    # to -810 over seeds 0-4 (NPG's seed spread at 245k env steps, float rounding
-    # included: seed 0 went from -290 to -810 when Adam switched to its fused kernel).
-    returns = [algo.collect()["episodes/return_mean"] for _ in range(4)]
-    assert max(r for r in returns if r == r) > -900
+    # steps every env finishes one. "Improves" is measured against the same config's
+    # untrained policy, scored the same way in the same process: the best of 4 collects
+    # rises by at least 150 (0.75 a step; a reward is in [-16.3, 0]). The absolute score
+    # after 60 steps depends on the float rounding path: -250 to -810 over seeds 0-4 with
+    # two threads, -914 for seed 0 with one (untrained: -1170 to -1300).
+    from rlx.envs import Pendulum
+
+    def best_of_4(a) -> float:
+        returns = [a.collect()["episodes/return_mean"] for _ in range(4)]
+        return max(r for r in returns if r == r)
+
+    trained, untrained = best_of_4(algo), best_of_4(algo.config.build(Pendulum))
+    assert trained > untrained + 150, (trained, untrained)
 
 
 @pytest.mark.slow

@@ -170,6 +170,14 @@ class Algorithm(MemberValues, ABC):
     #: Whether the algorithm has an update that ``cudagraphs`` captures (PPO's).
     captures: ClassVar[bool] = False
 
+    def autocast(self) -> torch.autocast:
+        """``enable_amp``'s autocast (:attr:`amp_dtype`; a no-op without it). Its cache of
+        cast weights is off: a captured update re-casts them in each replay rather than
+        keeping copies made during the capture, as torch's CUDA graphs require; each weight
+        is cast once a forward pass either way."""
+        return torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.config.enable_amp,
+                              cache_enabled=False)
+
     @property
     def uses_cuda_graphs(self) -> bool:
         """Whether the update (and, for a graph-safe env, collect's T loop and tail) is captured in

@@ -207,7 +207,7 @@ class Distillation(Algorithm):
             order = members.epoch_order(n, m, shuffle=True)
             for lo, rows in members.minibatch_bounds(n, m):
                 index = order[lo : lo + rows] if order is not None else torch.arange(lo, lo + rows, device=self.device)
-                with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=cfg.enable_amp):
+                with self.autocast():
                     student = self.policy._actor_distribution(obs[index])
                 if self.discrete:
                     with torch.no_grad():

@@ -5,7 +5,8 @@
 ``"auto"`` picks the fastest mode that is correct for the config, the device and the env:
 
 * **cudagraphs**: on wherever it can run (CUDA; PPO, A2C and NPG; Adam or AdamW; equal
-  minibatches; no AMP, gradient accumulation, RND or recurrent policy; one process), off
+  minibatches; no float16 AMP (NPG: no AMP), gradient accumulation, RND or recurrent
+  policy; one process), off
   elsewhere, the reason named. Graphed, CartPole PPO ran 8.5M env steps/s at B = 4096 on
   an H100 against 1.4M eagerly (2026-11-27, ``docs/gpu.md``).
 * **compile**: on where its compile time pays within the run, which only a caller that
@@ -38,6 +39,7 @@ import torch
 
 from rlx.core.config_fields import ConfigError
 from rlx.core.precision import resolve_matmul_precision
+from rlx.members import axis
 
 __all__ = ["COMPILE_PAYS_AFTER", "Modes", "cudagraphs_blocker", "resolve_modes", "run_length"]
 
@@ -82,6 +84,8 @@ def cudagraphs_blocker(config: Any, device: torch.device, world_size: int, recur
         return "not supported under torch.distributed yet"
     if recurrent:
         return "is not supported for recurrent policies"
+    if getattr(config, "enable_amp", False) and not axis.autocasts_bf16(device):
+        return "needs bf16 for enable_amp: this GPU autocasts to float16, whose loss scale is read back on the host"
     return config.cudagraphs_blocker()
 
 

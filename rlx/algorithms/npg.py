@@ -446,7 +446,7 @@ class NPG(Algorithm):
 
     def _critic_losses(self, obs_normalized: Obs, returns: Tensor) -> Tensor:
         """``[S]``: each member's ``0.5 mean((V - R)²)`` on a pass's rows (with grad)."""
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.config.enable_amp):
+        with self.autocast():
             values = self._value_fn(obs_normalized)
         return 0.5 * self.members.mean_each((values.float() - returns).square())
 

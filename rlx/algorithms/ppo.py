@@ -413,13 +413,13 @@ class PPO(Epochs, Algorithm):
 
     def losses(self, mb: Batch) -> tuple:
         """The policy's forward pass on a minibatch and its :attr:`loss_fields` (with grad)."""
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.config.enable_amp):
+        with self.autocast():
             out, rollout = self.minibatches.evaluate(self.policy, mb)
         terms = self.objective(out, rollout)
         coeff = self.config.mirror_loss_coeff
         if coeff is None:
             return terms
-        with torch.autocast(self.device.type, dtype=self.amp_dtype, enabled=self.config.enable_amp):
+        with self.autocast():
             mirror = self.symmetry.mirror_loss(self.policy, mb, out, seed_means(self.num_seeds))
         return self.loss_fields(*terms._replace(total=terms.total + coeff * mirror), mirror.detach())
 

@@ -232,10 +232,14 @@ class CommonConfig:
         """Samples per collect, ``N = B * T``."""
         return self.num_envs * self.horizon
 
+    #: Whether a captured step holds ``enable_amp``'s bf16 autocast (PPO's and A2C's
+    #: update: no loss scale, nothing read back; NPG's step is not written for it).
+    graphs_amp: ClassVar[bool] = False
+
     def cudagraphs_blocker(self) -> str | None:
         """Why these fields rule out a ``cudagraphs`` field (``None``: they allow it): what
         a ``True`` refuses and what ``"auto"`` falls back on, by name."""
-        if self.enable_amp:
+        if self.enable_amp and not self.graphs_amp:
             return "cannot be combined with enable_amp"
         if self.optimizer_cls not in (torch.optim.Adam, torch.optim.AdamW):
             return (f"needs optimizer_cls torch.optim.Adam or AdamW (the captured step reads its learning rate on "
@@ -310,12 +314,13 @@ class MinibatchConfig(CommonConfig):
     #: ``"auto"`` (the default) leaves it off: its compile time exceeds what it saves in
     #: the shipped configs' runs (:mod:`rlx.algorithms.modes`); set it for long runs.
     compile: bool | Literal["auto"] = "auto"
-    #: CUDA only: capture the minibatch update (forward, losses, backward, clipping,
-    #: a capturable Adam with a tensor LR) in a CUDA graph and replay it, removing the
-    #: per-kernel launch cost. Needs ``optimizer_cls`` Adam or AdamW (with seeds: each
+    #: CUDA only: capture the update (forward, losses, backward, clipping, a capturable
+    #: Adam with a tensor LR; what one graph holds: ``cudagraphs_scope``) in a CUDA graph
+    #: and replay it, removing the per-kernel launch cost. Needs ``optimizer_cls`` Adam or AdamW (with seeds: each
     #: seed's :class:`~rlx.members.optim.SeedAdam` step), equal minibatches
-    #: (``sgd_minibatch_size`` dividing ``num_envs * horizon``), no AMP, no gradient
-    #: accumulation, one process and tensor observations. With an env that declares
+    #: (``sgd_minibatch_size`` dividing ``num_envs * horizon``), no float16 AMP (bf16,
+    #: on GPUs from Ampere on, is captured), no gradient accumulation, one process and
+    #: tensor observations. With an env that declares
     #: ``graph_safe = True`` (the built-in envs do; see :class:`rlx.env.Env`), all of
     #: collect's device work (acting, env steps, buffer writes, then the values, the
     #: reward scaler and the statistics) is captured too, one graph per mode (sampling,
@@ -363,9 +368,11 @@ class MinibatchConfig(CommonConfig):
         if why is not None:
             fail(self, "cudagraphs", why)
 
+    graphs_amp = True
+
     def cudagraphs_blocker(self) -> str | None:
-        if self.enable_amp or self.accumulate_grads:
-            return "cannot be combined with enable_amp or accumulate_grads"
+        if self.accumulate_grads:
+            return "cannot be combined with accumulate_grads"
         why = super().cudagraphs_blocker()
         if why is not None:
             return why

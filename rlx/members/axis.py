@@ -39,7 +39,7 @@ from rlx.members.ops import (
 from rlx.members.optim import SeedAdam, adam_step_, masked_step_, seed_optimizer, steps_functionally
 from rlx.members.stacked import seed_rows, stacked_model_cls
 
-__all__ = ["Members", "MemberStats", "member_key", "member_metric"]
+__all__ = ["Members", "MemberStats", "autocasts_bf16", "member_key", "member_metric"]
 
 
 def member_key(i: int, name: str) -> str:
@@ -296,7 +296,7 @@ class Members:
         Raises:
             ConfigError: ``enabled`` with S members on a GPU without bf16.
         """
-        if device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False):
+        if autocasts_bf16(device):
             return torch.bfloat16
         if enabled and self.size > 1:
             raise ConfigError(f"enable_amp: num_seeds={self.size} needs bf16 autocast, which this GPU "
@@ -423,3 +423,9 @@ class Members:
         self._lr_factor_host = [float(f) for f in members["lr_factor"].tolist()]  # SYNC: at load
         if "hparams" in members and self.hparams is not None:
             self.hparams.load_state_dict(members["hparams"])
+
+
+def autocasts_bf16(device: torch.device) -> bool:
+    """Whether ``enable_amp`` autocasts to bf16 on ``device``: every CPU, CUDA GPUs that
+    compute it natively (Ampere on); older GPUs autocast to float16 with a loss scale."""
+    return device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False)

@@ -42,15 +42,15 @@ def test_a_mode_is_true_false_or_auto() -> None:
     "extra, why",
     [
         ({}, None),
-        ({"enable_amp": True}, "cannot be combined with enable_amp"),
-        ({"accumulate_grads": True, "sgd_minibatch_size": 32}, "cannot be combined with enable_amp or accumulate_grads"),
+        ({"enable_amp": True}, None),  # bf16 (this GPU computes it: the test below asks)
+        ({"accumulate_grads": True, "sgd_minibatch_size": 32}, "cannot be combined with accumulate_grads"),
         ({"optimizer_cls": torch.optim.SGD}, "needs optimizer_cls torch.optim.Adam or AdamW"),
         ({"sgd_minibatch_size": 48}, "needs equal minibatches: sgd_minibatch_size=48 must divide"),
         ({"rnd": {}}, "is not supported with rnd yet"),
     ],
     ids=["graphed", "amp", "accumulate", "sgd", "unequal", "rnd"],
 )
-def test_auto_graphs_on_cuda_wherever_a_capture_is_correct(extra: dict, why: str | None) -> None:
+def test_auto_graphs_on_cuda_wherever_a_capture_is_correct(extra: dict, why: str | None, bf16_gpu) -> None:
     """On CUDA ``"auto"`` captures exactly the configs ``cudagraphs=True`` accepts, and names
     the field that rules the others out (what ``True`` would refuse them with)."""
     config = AlgorithmConfig(**BASE, **extra)
@@ -63,6 +63,32 @@ def test_auto_graphs_on_cuda_wherever_a_capture_is_correct(extra: dict, why: str
         assert why in modes.notes["cudagraphs"]
         with pytest.raises(ConfigError, match="cudagraphs"):
             AlgorithmConfig(**BASE, **extra, cudagraphs=True)
+
+
+@pytest.fixture
+def bf16_gpu(monkeypatch):
+    """Whether the (pretend) GPU autocasts to bf16: set ``.value``."""
+    from rlx.members import axis
+
+    class Answer:
+        value = True
+
+    monkeypatch.setattr(axis, "autocasts_bf16", lambda device: device.type != "cuda" or Answer.value)
+    return Answer
+
+
+def test_auto_graphs_bf16_amp_and_falls_back_by_name_where_the_gpu_autocasts_to_float16(bf16_gpu) -> None:
+    """bf16 AMP needs no loss scale and reads nothing back, so its update is captured; a
+    GPU before Ampere autocasts to float16 with a ``GradScaler``, whose scale the host
+    reads: ``"auto"`` falls back there, naming why, and ``True`` is refused at build."""
+    config = AlgorithmConfig(**BASE, enable_amp=True)
+    assert resolve_modes(config, CUDA, 1, False, captures=True).cudagraphs
+    bf16_gpu.value = False
+    modes = resolve_modes(config, CUDA, 1, False, captures=True)
+    assert not modes.cudagraphs and "needs bf16 for enable_amp" in modes.notes["cudagraphs"]
+    with pytest.raises(ConfigError, match="AlgorithmConfig.cudagraphs: needs bf16 for enable_amp"):
+        resolve_modes(AlgorithmConfig(**BASE, enable_amp=True, cudagraphs=True), CUDA, 1, False, captures=True)
+    assert resolve_modes(AlgorithmConfig(**BASE), CUDA, 1, False, captures=True).cudagraphs  # no AMP: graphed
 
 
 def test_auto_leaves_cuda_graphs_off_where_the_run_cannot_capture() -> None:

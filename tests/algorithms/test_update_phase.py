@@ -25,7 +25,9 @@ from rlx.envs import CartPole
     {"num_seeds": 3, "target_kl_div": 0.01,
      "member_hparams": {"lr": [1e-4, 3e-4, 1e-3], "target_kl_div": [0.01, 0.02, 0.005]}},
     {"kl_adaptive_lr": True, "kl_adaptive_lr_per_minibatch": True, "target_kl_div": 0.01, "clip_grad_per_network": True},
-], ids=["one", "kl_stop", "members", "adaptive_lr"])
+    {"enable_amp": True, "target_kl_div": 0.01},
+    {"enable_amp": True, "num_seeds": 2, "member_hparams": {"lr": [1e-4, 1e-3]}},
+], ids=["one", "kl_stop", "members", "adaptive_lr", "amp", "amp_members"])
 def test_the_update_phase_reads_nothing_back_and_uploads_nothing(extra: dict) -> None:
     """With the KL early stop gating on the device (as on CUDA, where ``sync_kl_stop``
     is off), the update phase runs none of :data:`~rlx.core.capture_check.NOT_CAPTURABLE`; the step around it
@@ -65,7 +67,8 @@ def test_the_step_runs_the_update_phase_it_would_capture() -> None:
     {"target_kl_div": 0.002, "normalize_obs": True, "normalize_rewards": True,
      "lr_schedule": [(0, 1e-3), (10_000, 1e-4)], "entropy_coeff_schedule": [(0, 0.01), (10_000, 0.0)]},
     {"num_seeds": 2, "target_kl_div": 0.01, "member_hparams": {"lr": [1e-4, 1e-3], "clip_param": [0.1, 0.3]}},
-], ids=["one", "members"])
+    {"enable_amp": True, "normalize_obs": True, "lr_schedule": [(0, 1e-3), (10_000, 1e-4)]},
+], ids=["one", "members", "amp"])
 def test_the_update_phase_reads_the_same_tensors_every_step(extra: dict) -> None:
     """A replayed graph reads the addresses it was captured with: whatever changes
     between steps (parameters, optimizer state, the rollout, the learning rate and

@@ -89,11 +89,14 @@ def test_defaults_follow_rl8_except_episode_resets() -> None:
     assert config.optimizer_kwargs == {"lr": 1e-3}
 
 
-def test_cudagraphs_needs_equal_minibatches_and_no_amp() -> None:
+def test_cudagraphs_needs_equal_minibatches_and_no_accumulated_grads() -> None:
     with pytest.raises(ValueError, match=r"cudagraphs: needs equal minibatches"):
         AlgorithmConfig(num_envs=10, horizon=10, sgd_minibatch_size=30, cudagraphs=True)
-    with pytest.raises(ValueError, match=r"cudagraphs: cannot be combined with enable_amp"):
-        AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, enable_amp=True)
+    with pytest.raises(ValueError, match=r"cudagraphs: cannot be combined with accumulate_grads"):
+        AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, accumulate_grads=True)
+    # bf16 AMP is captured (tests/algorithms/test_update_phase.py checks what a capture needs);
+    # whether the GPU autocasts to bf16 is decided at build (rlx.algorithms.modes).
+    assert AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, enable_amp=True).cudagraphs_blocker() is None
     with pytest.raises(ValueError, match=r"cudagraphs: needs optimizer_cls torch.optim.Adam or AdamW .*, got SGD"):
         AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, optimizer_cls=torch.optim.SGD)
     if not torch.cuda.is_available():
