@@ -31,8 +31,11 @@ def test_gpu_check_dry_runs_every_part_on_the_cpu_and_writes_its_files(tmp_path:
     profile = by_part["profile"][0]
     assert profile["collect"]["wall_ms"] > 0 and profile["step"]["wall_ms"] > 0
     assert any(r.get("members_over_one_run") for r in by_part["members"])
-    assert {r["algo"]: r["step_ms"] > 0 for r in by_part["npg"] if "algo" in r} == {"npg": True, "npg_graphed": True, "ppo": True}
+    assert {r["algo"]: r["step_ms"] > 0 for r in by_part["npg"] if "algo" in r} == {
+        "npg": True, "npg_graphed": True, "npg_4mb_graphed": True, "ppo": True}
     assert any(r.get("npg_step_over_ppo_step") for r in by_part["npg"])
+    profiled = {(r["part"], r["setting"]) for r in rows if r.get("step_profile", {}).get("wall_ms", 0) > 0}
+    assert profiled == {("members", "4_members"), ("members", "one_run"), ("npg", "npg_4mb_graphed")}, profiled
     assert any(r.get("side") == "rlx" and r["steps_per_s"] > 0 for r in by_part["rsl_rl"])
     assert "gpu_check:" in (tmp_path / "summary.md").read_text() and "members" in done.stdout
 

@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # imported when the benchmark runs: `rlx --help` stays light
     import torch
@@ -91,12 +91,12 @@ def _peak_memory_mb(device: torch.device) -> float:
         return peak / 2**20 if sys.platform == "darwin" else peak / 1024  # bytes on macOS, KiB elsewhere
 
 
-def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
-              amp: bool, iters: int, warmup: int, cudagraphs: bool = False, compile: bool = False,
-              num_seeds: int = 1) -> dict:
+def bench_config(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
+                 amp: bool, cudagraphs: bool = False, compile: bool = False, num_seeds: int = 1) -> tuple[Any, type, int]:
+    """The config :func:`bench_one` times for ``algo_name`` (``ppo``, ``ppo_4mb``, ``npg``,
+    ``npg_4mb``, ``recurrent_ppo``, ``a2c``), its env class and its update epochs."""
     import rlx.envs
     from rlx import A2CConfig, AlgorithmConfig, NPGConfig, RecurrentAlgorithmConfig
-    from rlx.env import resolve_device
 
     env_cls = getattr(rlx.envs, env_name)
     common = dict(
@@ -123,9 +123,21 @@ def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device
         config = A2CConfig(**common, cudagraphs=cudagraphs, compile=compile)  # one whole-rollout step
         epochs = 1
     else:
-        config = NPGConfig(**common, critic_minibatch_size=min(num_envs * horizon, 32768), compile=compile,
-                           cudagraphs=cudagraphs)
+        # npg: critic minibatches of at most 32768 samples (320 critic steps a step at
+        # B=65536, T=32, 5 epochs); npg_4mb: four an epoch, as ppo_4mb's updates.
+        critic = min(num_envs * horizon, 32768) if algo_name == "npg" else max(num_envs * horizon // 4, 1)
+        config = NPGConfig(**common, critic_minibatch_size=critic, compile=compile, cudagraphs=cudagraphs)
         epochs = 1
+    return config, env_cls, epochs
+
+
+def bench_one(env_name: str, algo_name: str, num_envs: int, horizon: int, device: str, hiddens: list[int],
+              amp: bool, iters: int, warmup: int, cudagraphs: bool = False, compile: bool = False,
+              num_seeds: int = 1) -> dict:
+    from rlx.env import resolve_device
+
+    config, env_cls, epochs = bench_config(env_name, algo_name, num_envs, horizon, device, hiddens, amp, cudagraphs,
+                                           compile, num_seeds)
     if cudagraphs:
         # Time replays only: the capture runs in the collect after the eager warm-ups.
         from rlx.core.cuda_graphs import GRAPH_WARMUPS
@@ -166,7 +178,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-envs", type=int, nargs="+",
                         help="batch sizes B (default 64 1024 4096 16384, and 65536 on CUDA; 64 1024 with --quick)")
     parser.add_argument("--horizon", type=int, default=32, help="T, env steps per collect (default 32)")
-    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "ppo_4mb", "npg", "recurrent_ppo", "a2c"],
+    parser.add_argument("--algos", nargs="+", default=["ppo", "npg"], choices=["ppo", "ppo_4mb", "npg", "npg_4mb", "recurrent_ppo", "a2c"],
                         help="algorithms (default ppo npg)")
     parser.add_argument("--envs", nargs="+",
                         help="built-in env names (default CartPole Pendulum DiscreteDummyEnv; --quick: CartPole DiscreteDummyEnv)")
@@ -288,7 +300,7 @@ def run(args: argparse.Namespace) -> int:
             for b, seeds in ((b, seeds) for b in sizes for seeds in (args.seeds if algo_name in ("ppo", "ppo_4mb") else [1])):
                 row = bench_one(env_name, algo_name, b, args.horizon, args.device, args.hiddens, args.amp,
                                 args.iters, args.warmup,
-                                args.cudagraphs and algo_name in ("ppo", "ppo_4mb", "a2c"),
+                                args.cudagraphs and algo_name != "recurrent_ppo",
                                 args.compile and algo_name != "recurrent_ppo", num_seeds=seeds)
                 rows.append(row)
                 print(
