@@ -224,10 +224,11 @@ def _steps_per_s(algo, iters: int, device: str) -> float:
     return algo.num_envs * algo.horizon / statistics.median(times)
 
 
-def _step_profile(algo, device: str) -> dict:
-    """One ``step()`` profiled after the graphs' captures: wall and GPU-busy ms, kernels,
-    the costliest kernels (what sets a step's time apart from another's)."""
-    for _ in range(_warmups()):
+def _step_profile(algo, device: str, warmups: int | None = None) -> dict:
+    """One ``step()`` profiled after ``warmups`` iterations (default: past the graphs'
+    captures): wall and GPU-busy ms, kernels, the costliest kernels (what sets a step's
+    time apart from another's)."""
+    for _ in range(_warmups() if warmups is None else warmups):
         algo.collect()
         algo.step()
     algo.collect()
@@ -247,7 +248,7 @@ def part_members(dry_run: bool, out: Path) -> None:
         _emit({"part": "members", "device": device, "mode": mode, "precision": _precision(device), "setting": name,
                "num_envs_per_member": B, "members": S, "steps_per_s": round(rates[name])})
         if name != "one_member":  # the same rows, as members and as one run: where the step's time goes
-            _emit({"part": "members", "setting": name, "step_profile": _step_profile(algo, device)})
+            _emit({"part": "members", "setting": name, "step_profile": _step_profile(algo, device, warmups=0)})
     _emit({"part": "members", "summary": True, "members_over_one_run": round(rates[f"{many}_members"] / rates["one_run"], 3),
            "members_over_one_member": round(rates[f"{many}_members"] / rates["one_member"], 3)})
 
@@ -256,7 +257,6 @@ def part_npg(dry_run: bool, out: Path) -> None:
     """NPG's step against PPO's graphed one (``ppo_4mb``): ``npg`` regresses the critic in
     minibatches of 32768 samples (320 critic steps a step at B = 65536), ``npg_4mb`` in four
     an epoch as ``ppo_4mb`` updates; the graphed ``npg_4mb`` step profiled."""
-    from rlx.envs import CartPole  # noqa: F401 (bench_config names it)
     from rlx.run.bench import bench_config, bench_one
 
     device = _device(dry_run)

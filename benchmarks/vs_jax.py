@@ -19,8 +19,9 @@ program: the whole run is one ``jax.jit``). For each setting and round, interlea
   ``cudagraphs-step`` and ``compile+cudagraphs-step``, step()'s whole device work one
   graph (``cudagraphs_scope="step"``); ``compile+amp`` and ``compile+cudagraphs-step+amp``:
   those programs under bf16 autocast (not JAX's float32 arithmetic, and so rows of their
-  own; fp16 with a GradScaler on a GPU before Ampere, which graphs refuse): the first iteration's time (compiling included), then steady-state env
-  steps/s of ``collect()`` + ``step()`` over the same iterations, and the same return.
+  own; fp16 with a GradScaler on a GPU before Ampere, which graphs refuse): the first
+  iteration's time (compiling included), then steady-state env steps/s of ``collect()``
+  + ``step()`` over the same iterations, and the same return.
 
 Every row names its matmul precision (``float32``, or ``tf32`` where CUDA's TF32 matmuls
 are on: JAX's default on these GPUs is TF32 for float32 matmuls).

@@ -83,7 +83,9 @@ def test_algorithms_page_npg_example_runs_and_improves_pendulum() -> None:
     # untrained policy, scored the same way in the same process: the best of 4 collects
     # rises by at least 150 (0.75 a step; a reward is in [-16.3, 0]). The absolute score
     # after 60 steps depends on the float rounding path: -250 to -810 over seeds 0-4 with
-    # two threads, -914 for seed 0 with one (untrained: -1170 to -1300).
+    # two threads, -914 for seed 0 with one (untrained: -1170 to -1300). Seed 0's gain was
+    # +323 to +1044 over one and two threads, ATEN_CPU_CAPABILITY=default and
+    # MKL_CBWR=COMPATIBLE (2026-11-27, an Intel Xeon).
     from rlx.envs import Pendulum
 
     def best_of_4(a) -> float:

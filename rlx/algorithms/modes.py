@@ -6,9 +6,8 @@
 
 * **cudagraphs**: on wherever it can run (CUDA; PPO, A2C and NPG; Adam or AdamW; equal
   minibatches; no float16 AMP (NPG: no AMP), gradient accumulation, RND or recurrent
-  policy; one process), off
-  elsewhere, the reason named. Graphed, CartPole PPO ran 8.5M env steps/s at B = 4096 on
-  an H100 against 1.4M eagerly (2026-11-27, ``docs/gpu.md``).
+  policy; one process), off elsewhere, the reason named. Graphed, CartPole PPO ran 8.5M
+  env steps/s at B = 4096 on an H100 against 1.4M eagerly (2026-11-27, ``docs/gpu.md``).
 * **compile**: on where its compile time pays within the run, which only a caller that
   knows the run's length can say (:func:`run_length`: ``rlx train`` passes its
   ``max_env_steps``); off otherwise. Break-even, from the measured rates and compile times
@@ -18,8 +17,8 @@
   on past :data:`COMPILE_PAYS_AFTER` ``["cpu"]`` = 3M. On an H100 at B = 4096, graphed,
   8.5M against 14.9M env steps/s compiled after a 33 s first iteration (2026-11-27, from
   an empty cache with the GPU tests beside it): 6.5e8 (3.7e9 at B = 65536, 26.6M against
-  35.0M), so ``["cuda"]`` = 5e8. The shipped configs stop at their solve threshold long before
-  either (CartPole PPO after ~33k env steps, 1.3-1.8 s eagerly). A config may rule
+  35.0M), so ``["cuda"]`` = 5e8. The shipped configs stop at their solve threshold long
+  before either (CartPole PPO after ~33k env steps, 1.3-1.8 s eagerly). A config may rule
   compiling out where its compile time would not be minutes
   (``compile_auto_blocker``: NPG on a CPU past 8 passes of rows, whose natural step's
   program unrolls them).

@@ -316,11 +316,11 @@ class MinibatchConfig(CommonConfig):
     compile: bool | Literal["auto"] = "auto"
     #: CUDA only: capture the update (forward, losses, backward, clipping, a capturable
     #: Adam with a tensor LR; what one graph holds: ``cudagraphs_scope``) in a CUDA graph
-    #: and replay it, removing the per-kernel launch cost. Needs ``optimizer_cls`` Adam or AdamW (with seeds: each
-    #: seed's :class:`~rlx.members.optim.SeedAdam` step), equal minibatches
-    #: (``sgd_minibatch_size`` dividing ``num_envs * horizon``), no float16 AMP (bf16,
-    #: on GPUs from Ampere on, is captured), no gradient accumulation, one process and
-    #: tensor observations. With an env that declares
+    #: and replay it, removing the per-kernel launch cost. Needs ``optimizer_cls`` Adam or
+    #: AdamW (with seeds: each seed's :class:`~rlx.members.optim.SeedAdam` step), equal
+    #: minibatches (``sgd_minibatch_size`` dividing ``num_envs * horizon``), no float16 AMP
+    #: (bf16, on GPUs from Ampere on, is captured), no gradient accumulation, one process
+    #: and tensor observations. With an env that declares
     #: ``graph_safe = True`` (the built-in envs do; see :class:`rlx.env.Env`), all of
     #: collect's device work (acting, env steps, buffer writes, then the values, the
     #: reward scaler and the statistics) is captured too, one graph per mode (sampling,

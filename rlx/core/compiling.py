@@ -54,8 +54,8 @@ CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
 #: PPO's minibatch update on an H100 with torch 2.11.0+cu130 (``AssertionError`` in
 #: ``Scheduler.reorder_loops_by_dep_pair``: a fused node where it expects a single one;
 #: 2026-11-27, ``benchmarks/results/gpu_check_nvidia-h100_2026-11-27/run1_parts.log``).
-#: Without it the update compiled, its GPU tests passed, and it ran at 14.9M env steps/s
-#: at B = 4096 under CUDA graphs against 8.5M graphed uncompiled.
+#: With the reordering off the update compiled, its GPU tests passed, and it ran at 14.9M
+#: env steps/s at B = 4096 under CUDA graphs against 8.5M graphed uncompiled.
 CUDA_INDUCTOR_OPTIONS: dict[str, Any] = {"loop_ordering_after_fusion": False}
 #: Whether CPU programs compute products with a narrow result transposed, where MKL is
 #: several times faster (:class:`~rlx.core.narrow_products.NarrowProducts`, inductor's
