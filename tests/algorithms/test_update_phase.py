@@ -26,8 +26,9 @@ from rlx.envs import CartPole
      "member_hparams": {"lr": [1e-4, 3e-4, 1e-3], "target_kl_div": [0.01, 0.02, 0.005]}},
     {"kl_adaptive_lr": True, "kl_adaptive_lr_per_minibatch": True, "target_kl_div": 0.01, "clip_grad_per_network": True},
     {"enable_amp": True, "target_kl_div": 0.01},
-    {"enable_amp": True, "num_seeds": 2, "member_hparams": {"lr": [1e-4, 1e-3]}},
-], ids=["one", "kl_stop", "members", "adaptive_lr", "amp", "amp_members"])
+    {"enable_amp": True, "num_seeds": 2, "member_hparams": {"lr": [1e-4, 1e-3]}, "kl_adaptive_lr": True,
+     "target_kl_div": 0.01},
+], ids=["one", "kl_stop", "members", "adaptive_lr", "amp", "amp_members_adaptive_lr"])
 def test_the_update_phase_reads_nothing_back_and_uploads_nothing(extra: dict) -> None:
     """With the KL early stop gating on the device (as on CUDA, where ``sync_kl_stop``
     is off), the update phase runs none of :data:`~rlx.core.capture_check.NOT_CAPTURABLE`; the step around it
