@@ -16,6 +16,7 @@ workers when one fails.
 
 from __future__ import annotations
 
+import atexit
 import datetime as dt
 import hashlib
 import json
@@ -78,7 +79,16 @@ def init_from_env(*, device_type: str | None = None) -> bool:
         torch.cuda.set_device(local_rank())
     timeout = dt.timedelta(seconds=float(os.environ.get("RLX_DIST_TIMEOUT_S", "300")))
     dist.init_process_group(backend=backend, timeout=timeout)
+    # A script that never destroys the group (Isaac Lab's train.py shape does not) can
+    # abort at exit while gloo's threads are still joinable ("terminate called without an
+    # active exception", seen once under load in tests/runners/test_rsl_rl_scripts.py).
+    atexit.register(_destroy_at_exit)
     return True
+
+
+def _destroy_at_exit() -> None:
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 def all_reduce_(tensor: Tensor, op: str = "mean") -> Tensor:
