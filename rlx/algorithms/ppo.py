@@ -379,12 +379,15 @@ class PPO(Epochs, Algorithm):
         assert stats is not None
         if step:
             gate = running = None
-            if self.config.kl_adaptive_lr_per_minibatch:  # rsl_rl's rule, before this step
-                self._adapt_lr_to_minibatch(rdist.all_reduce_(stats[self._kl_index].clone(), "mean"))
-            if self.kl_stop is not None:
-                kl = stats[self._kl_index] * weight + (kl_so_far if kl_so_far is not None else 0.0)
+            if self.config.kl_adaptive_lr_per_minibatch or self.kl_stop is not None:
+                # The KL of the data the step's gradient came from: this minibatch's, or with
+                # accumulate_grads the epoch's (``weight`` times it plus ``kl_so_far``).
+                kl = stats[self._kl_index] if kl_so_far is None else stats[self._kl_index] * weight + kl_so_far
                 kl = rdist.all_reduce_(kl.clone(), "mean")  # every rank judges alike
-                gate, running = self.kl_stop.gate(kl, self.members.active()), self.kl_stop.running
+                if self.config.kl_adaptive_lr_per_minibatch:  # rsl_rl's rule, before this step
+                    self._adapt_lr_to_minibatch(kl)
+                if self.kl_stop is not None:
+                    gate, running = self.kl_stop.gate(kl, self.members.active()), self.kl_stop.running
             self.optimizer_step(self._update_params, gate, running)
             if self.rnd is not None:  # the predictor's own step on this minibatch (counted by run_epochs)
                 self._rnd_loss.add_(self.rnd.train_step(mb[OBS]))

@@ -92,8 +92,9 @@ class AlgorithmConfig(MinibatchConfig):
     #: the minibatch about to be stepped on (rsl_rl's placement; on the device, no sync),
     #: rather than once after each ``step()``: an update whose KL runs away at a high LR
     #: is slowed within it, but the KL an update reaches overshoots the target (3.1-3.4x
-    #: on CartPole, ``benchmarks/kl_control.py``; the update-level rule holds 1.0x). One
-    #: member; not with ``accumulate_grads``.
+    #: on CartPole, ``benchmarks/kl_control.py``; the update-level rule holds 1.0x). With
+    #: ``accumulate_grads``, before each epoch's one step, on the epoch's KL. Each member
+    #: on its own KL and target.
     kl_adaptive_lr_per_minibatch: bool = False
     #: Random network distillation (rsl_rl's ``rnd_cfg``): an intrinsic reward for novel
     #: states, ``{weight: 0.5, obs_keys: [policy], ...}`` (the fields of
@@ -111,11 +112,8 @@ class AlgorithmConfig(MinibatchConfig):
                 fail(self, "rnd", "is not supported with cudagraphs yet (the predictor's step is not captured)")
         for field in ("accumulate_grads", "kl_adaptive_lr", "kl_adaptive_lr_per_minibatch"):
             check_bool(self, field)
-        if self.kl_adaptive_lr_per_minibatch:
-            if not self.kl_adaptive_lr:
-                fail(self, "kl_adaptive_lr_per_minibatch", "needs kl_adaptive_lr=True")
-            if self.accumulate_grads:
-                fail(self, "kl_adaptive_lr_per_minibatch", "is not supported with accumulate_grads yet")
+        if self.kl_adaptive_lr_per_minibatch and not self.kl_adaptive_lr:
+            fail(self, "kl_adaptive_lr_per_minibatch", "needs kl_adaptive_lr=True")
         check_int(self, "num_sgd_iters")
         check_float(self, "clip_param", low=0.0, low_open=True)
         check_float(self, "vf_clip_param", low=0.0, low_open=True, allow_none=True)

@@ -299,6 +299,51 @@ def test_the_per_minibatch_rule_sets_each_steps_lr_from_that_minibatchs_kl(env_n
         assert len(set(round(x, 9) for x in lrs)) > 1  # it did move within the update
 
 
+def test_with_accumulated_gradients_the_per_minibatch_rule_sets_each_epochs_lr_from_its_kl() -> None:
+    """With ``accumulate_grads`` the optimizer steps once an epoch, on the gradient of all
+    its minibatches: the rule runs before that step, on the KL of the data the gradient
+    came from, the minibatches' KLs weighted by their shares of the buffer."""
+    from rlx.algorithms.kl_control import adapted_lr
+
+    target, bounds = 0.002, (1e-4, 5e-2)
+    algo = AlgorithmConfig(num_envs=32, horizon=32, device="cpu", seed=0, sgd_minibatch_size=128, num_sgd_iters=3,
+                           accumulate_grads=True, optimizer_config={"lr": 2e-2}, kl_adaptive_lr=True,
+                           target_kl_div=target, kl_adaptive_lr_bounds=bounds, kl_adaptive_lr_per_minibatch=True,
+                           model_config={"hiddens": [32, 32]}).build(CartPole)
+    moved = set()
+    adapt = algo._adapt_lr_to_minibatch
+    for _ in range(3):
+        kls, judged, lrs = [], [], []
+        losses = algo.loss_fn
+        algo.loss_fn = lambda mb: (out := losses(mb), kls.append(float(out.kl)))[0]
+        algo._adapt_lr_to_minibatch = lambda kl: (judged.append(float(kl)), adapt(kl))[1]
+        hook = algo.optimizer.register_step_pre_hook(lambda opt, a, k: lrs.append(float(opt.param_groups[0]["lr"])))
+        lr = algo.lr
+        algo.collect()
+        stats = algo.step()
+        hook.remove()
+        algo.loss_fn, algo._adapt_lr_to_minibatch = losses, adapt
+        assert len(kls) == 3 * 8 and len(judged) == len(lrs) == 3  # 8 minibatches an epoch, one step each epoch
+        expected = []
+        for e in range(3):
+            kl = sum(kls[8 * e : 8 * e + 8]) / 8  # equal shares of 1024 samples
+            # The KL the rule judged is the epoch's: the device sums 8 float32 terms (exact
+            # products by 1/8) of one sign, within 8·2^-24 of this sum (and not the last
+            # minibatch's alone, which differs from it by far more; the first epoch's are 0:
+            # it runs before the update's first step).
+            assert judged[e] == pytest.approx(kl, rel=8 * 2**-24)
+            assert (kl == 0.0) == (e == 0) and (e == 0 or abs(kls[8 * e + 7] - kl) > 1e-3 * kl)
+            # No threshold of the rule lies within that rounding of it.
+            assert all(abs(kl - t) > 1e-5 * t for t in (2 * target, 0.5 * target)), kl
+            lr = adapted_lr(lr, kl, target, bounds) if (kl > 2 * target or 0.0 < kl < 0.5 * target) else lr
+            expected.append(lr)
+            moved.add(round(lr, 9))
+        # The float32 LR tensor rounds once an adaptation: 3 a step() (see the test above).
+        assert lrs == pytest.approx(expected, rel=4 * 2**-24)
+        assert stats["monitors/lr"] == pytest.approx(expected[-1], rel=4 * 2**-24)
+    assert len(moved) > 1  # the rule moved the LR
+
+
 def test_the_per_minibatch_rule_needs_the_adaptive_lr() -> None:
     with pytest.raises(ConfigError, match="kl_adaptive_lr_per_minibatch: needs kl_adaptive_lr=True"):
         AlgorithmConfig(num_envs=8, horizon=8, device="cpu", kl_adaptive_lr_per_minibatch=True)

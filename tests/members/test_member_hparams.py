@@ -95,12 +95,19 @@ PPO_CASES = {
                                              "kl_adaptive_lr_per_minibatch": True, "target_kl_div": 1e-3,
                                              "kl_adaptive_lr_bounds": (1e-4, 0.1), "max_grad_norm": 0.5},
                                   {"target_kl_div": [1e-5, 1e-3, 1e-1], "lr": [0.01, 0.05, 0.1]}),
+    # The same rule with accumulate_grads: before each epoch's one step, on the epoch's KL.
+    "adaptive-lr-accumulated": (Pendulum, {"sgd_minibatch_size": 32, "accumulate_grads": True, "kl_adaptive_lr": True,
+                                           "kl_adaptive_lr_per_minibatch": True, "target_kl_div": 1e-3,
+                                           "kl_adaptive_lr_bounds": (1e-4, 0.5), "max_grad_norm": 0.5},
+                                {"target_kl_div": [1e-5, 1e-3, 1e-1], "lr": [0.05, 0.2, 0.4]}),
 }
 #: A member's LR adapted on the device is its base LR times a float32 factor: 3 roundings
 #: an adaptation (2^-24 each), 32 over two step()s, move its LR by <= 96 2^-24 = 5.7e-6 of
 #: itself, and each of its 32 SGD steps of <= lr x max_grad_norm = 0.05 by that much more:
-#: <= 32 x 0.05 x 5.7e-6 = 9.2e-6 (a single run's LR rounds once an adaptation).
-ATOL = {"adaptive-lr-per-minibatch": 1e-5}
+#: <= 32 x 0.05 x 5.7e-6 = 9.2e-6 (a single run's LR rounds once an adaptation). Accumulated:
+#: 8 adaptations (one an epoch) move the LR by <= 24 2^-24 = 1.4e-6 of itself, and each of
+#: 8 steps of <= 0.5 x 0.5 by that much more: <= 2.9e-6.
+ATOL = {"adaptive-lr-per-minibatch": 1e-5, "adaptive-lr-accumulated": 1e-5}
 
 
 @pytest.mark.parametrize("case", list(PPO_CASES))
@@ -119,7 +126,7 @@ def test_each_ppo_member_updates_as_a_single_run_with_its_hyperparameters(case: 
         for name, values in hparams.items():
             if not (name == "lr" and extra.get("kl_adaptive_lr")):  # an adapted LR moves
                 assert out[f"member{i}/hparams/{name}"] == pytest.approx(values[i])
-    if case == "adaptive-lr-per-minibatch":  # each member's LR moved by its own rule, on the host too
+    if case in ("adaptive-lr-per-minibatch", "adaptive-lr-accumulated"):  # each member's LR moved by its own rule
         for i, (one, single) in enumerate(zip(ones, singles)):
             assert out[f"member{i}/monitors/lr"] == pytest.approx(one["monitors/lr"], rel=1e-6)
             assert multi.members.learning_rates(multi.lr)[i] == pytest.approx(single.lr, rel=1e-6)
