@@ -33,20 +33,20 @@ HERE = Path(__file__).resolve().parent
 def _side(num_envs: int, iterations: int, device: str) -> None:
     sys.path.insert(0, str(HERE.parent))
     import torch
-    from ppo_settings import PPOSettings, warm_compiled_cartpole
+    from ppo_settings import PPOSettings
 
     from rlx.envs import CartPole
 
     start = time.perf_counter()
     if device == "cpu":
-        algo = warm_compiled_cartpole(num_envs, 3)
-    else:
-        config = PPOSettings(num_envs=num_envs, horizon=32, minibatches=4).rlx_config(
-            device, seed=0, compile=True, cudagraphs=True, cudagraphs_scope="step")
-        algo = config.build(CartPole)
-        for _ in range(3):
-            algo.collect()
-            algo.step()
+        torch.set_num_threads(1)
+    graphs = device == "cuda"
+    config = PPOSettings(num_envs=num_envs, horizon=32, minibatches=4).rlx_config(
+        device, seed=0, compile=True, cudagraphs=graphs, cudagraphs_scope="step" if graphs else "minibatch")
+    algo = config.build(CartPole)
+    for _ in range(3):
+        algo.collect()
+        algo.step()
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     rounds = []
     for _ in range(3):
