@@ -10,7 +10,10 @@ time outside the programs is named by the programs around it (``P0`` ... in the 
 first seen: the T loop's program, collect's tail, GAE and the batch, the gather, the
 minibatch update, the statistics; ``collect-start``, ``collect-end``, ``step-start``,
 ``step-end`` for the calls' edges) and printed by its total an iteration: the Python
-around the programs, the eager ops between them, the host syncs. See docs/benchmarks.md.
+around the programs, the eager ops between them, the host syncs. Then the time of the
+value checks among them (:class:`rlx.core.compiling.WarmProgram`: each program's first
+call in a ``collect()`` or ``step()`` checks dynamo's guards on the Python values it
+read), program by program. See docs/benchmarks.md.
 """
 
 from __future__ import annotations
@@ -34,6 +37,12 @@ def main() -> None:
     from torch._inductor import output_code
 
     algo = warm_compiled_cartpole(args.num_envs, warmups=3)
+    checks: dict[str, list[float]] = collections.defaultdict(list)
+    for program in _warm_programs(algo):
+        for entries in program.programs.values():
+            for entry in entries:
+                if entry[0] is not None:
+                    entry[0] = _timed_check(entry[0], checks[program._func.__name__])
     names: dict[int, str] = {}
     events: list[tuple[str, float, float]] = []
     call = output_code.CompiledFxGraph.__call__
@@ -76,7 +85,26 @@ def main() -> None:
         total += per_iteration
         print(f"  {key:28s} {len(times) // n:3d} an iteration, median {1e6 * statistics.median(times):6.1f} us, "
               f"{per_iteration:.3f} ms an iteration")
-    print(f"  outside the programs: {total:.3f} ms an iteration")
+    print(f"  outside the programs: {total:.3f} ms an iteration; of it the value checks:")
+    for name, times in checks.items():
+        print(f"  {name:28s} {len(times) // n:3d} an iteration, median {1e6 * statistics.median(times):6.1f} us")
+
+
+def _warm_programs(algo) -> list:
+    """The algorithm's warm programs: the T loop's, the tail's, the update's and the phases'."""
+    rollout = algo.rollout
+    found = [rollout.compiled_loop.program, rollout.tail_warm, algo.compiled_update.program, *algo.phase_programs]
+    return [p for p in found if p is not None]
+
+
+def _timed_check(check, times: list[float]):
+    def timed(values):
+        start = time.perf_counter()
+        passed = check(values)
+        times.append(time.perf_counter() - start)
+        return passed
+
+    return timed
 
 
 if __name__ == "__main__":
