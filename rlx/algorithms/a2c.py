@@ -16,6 +16,7 @@ import torch
 from torch import Tensor
 
 from rlx.algorithms.ppo import PPO
+from rlx.algorithms.ppo_losses import kl_terms
 from rlx.members import seed_means
 from rlx.algorithms.recurrent_ppo import RecurrentUpdate
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS
@@ -71,7 +72,7 @@ def a2c_losses(
     total = policy_loss + vf_coeff * vf_loss + entropy_coeff * entropy_loss
     with torch.no_grad():
         log_ratio = (logp - old_logp).detach().float()
-        kl = mean(torch.expm1(log_ratio) - log_ratio)
+        kl = mean(kl_terms(log_ratio))
     return A2CLosses(total, policy_loss.detach(), vf_loss.detach(), entropy_loss.detach(), kl)
 
 

@@ -69,7 +69,8 @@ class Epochs:
                     # Each minibatch mean is weighted by its share of the buffer, so the
                     # summed gradient is exactly the full-batch one.
                     weight = bounds[k][1] / N
-                    losses = self.update(mb, weight=weight, step=k == num_minibatches - 1, kl_so_far=kl_so_far)
+                    losses = self.update(mb, weight=weight, step=k == num_minibatches - 1, kl_so_far=kl_so_far,
+                                         accumulated=k > 0)
                     kl_so_far = kl_so_far + weight * losses[kl_index]
                 if self.rnd is not None and (not cfg.accumulate_grads or k == num_minibatches - 1):
                     self._rnd_steps += 1  # the predictor stepped with this minibatch

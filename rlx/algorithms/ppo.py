@@ -39,7 +39,7 @@ from rlx.core.cuda_graphs import GraphedBatchCall, GraphedCall
 from rlx.env import OBS, TERMINATED, TRUNCATED
 from rlx.policy import EvalOutput, flatten_time
 from rlx.core.schedulers import Schedule
-from rlx.algorithms.ppo_losses import PPOLosses, ppo_losses
+from rlx.algorithms.ppo_losses import PPOLosses, kl_terms, ppo_losses
 from rlx.members.ops import seed_means
 from rlx.core.stats import Stats
 
@@ -322,7 +322,7 @@ class PPO(Epochs, Algorithm):
         runs it, compiled with ``compile``)."""
         logp, old_logp = self.minibatches.log_prob(self.policy, part)
         log_ratio = (logp - old_logp).float()
-        return self.members.sum(torch.expm1(log_ratio) - log_ratio)
+        return self.members.sum(kl_terms(log_ratio))
 
     def update_phase(self) -> tuple[Stats, int]:
         """All of step()'s work on the device: GAE and the batch (:meth:`prepared_batch`),
@@ -348,10 +348,13 @@ class PPO(Epochs, Algorithm):
         return self.minibatches.batch(self.buffer, self.horizon, normalize)
 
     def minibatch_update(self, mb: Batch, *, weight: float = 1.0, step: bool = True,
-                         kl_so_far: Tensor | None = None) -> Tensor:
+                         kl_so_far: Tensor | None = None, accumulated: bool = False) -> Tensor:
         """One minibatch: forward, losses, backward of ``weight`` times their total, and
         (when ``step``) the optimizer step; returns the :attr:`loss_fields` of the
-        minibatch, stacked in field order.
+        minibatch, stacked in field order. ``accumulated``: the parameters' gradients hold
+        the epoch's earlier minibatches' (``accumulate_grads``), which the backward adds
+        to; otherwise they are ``None`` (a compiled update is a program of each, keyed by
+        its options).
 
         A minibatch larger than the micro-batch is run in micro-batches whose gradients
         accumulate, each weighted by its share: the same gradient and statistics as one

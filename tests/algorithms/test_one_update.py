@@ -67,6 +67,9 @@ CASES = {
     "micro_batches": (AlgorithmConfig, CartPole, dict(micro_batch_size=48)),
     "micro_batches_adaptive_lr_per_minibatch": (AlgorithmConfig, Pendulum, dict(
         micro_batch_size=48, kl_adaptive_lr=True, target_kl_div=0.002, kl_adaptive_lr_per_minibatch=True)),
+    # rsl_rl's rule before each epoch's one step, on the epoch's share-weighted KL.
+    "accumulated_adaptive_lr_per_minibatch": (AlgorithmConfig, Pendulum, dict(
+        accumulate_grads=True, kl_adaptive_lr=True, target_kl_div=0.002, kl_adaptive_lr_per_minibatch=True)),
     "micro_batches_symmetry": (AlgorithmConfig, "windy", dict(
         obs_groups={"actor": ["policy"], "critic": ["policy", "critic"]}, symmetry_fn=windy_mirror,
         symmetry_augment=True, mirror_loss_coeff=0.5, micro_batch_size=48)),
@@ -241,6 +244,13 @@ GROUPS = {"obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]}, "
 
 COMPILED = {"one": (CartPole, {}), "members": (CartPole, {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}}),
             "micro_batches": (CartPole, {"micro_batch_size": 48}),
+            # Gradients accumulated over an epoch's calls: a program for the first minibatch
+            # (no gradients yet) and one for the rest (the backward adds to them).
+            "accumulated": (Pendulum, {"accumulate_grads": True}),
+            # rsl_rl's rule before each step: the first minibatch's KL, 0 up to rounding,
+            # must raise the LR in both (kl_terms is never negative).
+            "adaptive_lr_per_minibatch": (Pendulum, CASES["adaptive_lr_per_minibatch"][2]),
+            "accumulated_adaptive_lr": (Pendulum, CASES["accumulated_adaptive_lr_per_minibatch"][2]),
             "kl_early_stop": (CartPole, CASES["kl_early_stop"][2]), "seeds_kl_early_stop": (CartPole, CASES["seeds_kl_early_stop"][2]), "obs_groups": ("windy", GROUPS), "symmetry": ("windy", CASES["symmetry"][2]), "rnd": (Pendulum, CASES["rnd"][2])}
 
 

@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from torch.testing import assert_close
 
 from rlx.algorithms.ppo import ppo_losses
+from rlx.algorithms.ppo_losses import kl_terms
+from rlx.core.compiling import compiled
 
 
 def _losses(ratio, adv, *, values=None, old_values=None, returns=None, clip=0.2, dual=None, vf_clip=None):
@@ -83,3 +86,29 @@ def test_approximate_kl_is_the_k3_estimator() -> None:
     out, _, _ = _losses(ratios, [0.0, 0.0, 0.0])
     expected = sum((r - 1) - math.log(r) for r in ratios) / 3
     assert_close(out.kl, torch.tensor(expected, dtype=torch.float32))
+
+
+@pytest.mark.parametrize("mode", ["eager", "compiled"])
+@pytest.mark.parametrize("scale", [3e-8, 1e-4, 0.1, 0.3, 3.0])
+def test_the_kl_terms_are_accurate_and_never_negative_eager_and_compiled(mode: str, scale: float) -> None:
+    """``kl_terms(x) = e^x - 1 - x`` of float32 log-ratios against float64 (its series to
+    x^12/14! below |x| = 0.25, whose truncation is below 1e-17 of the value there, where
+    float64's ``expm1(x) - x`` cancels too; ``expm1(x) - x`` above), the input exact in
+    both. Below |x| = 0.25 the series: 9 float32 roundings of a sum of
+    positive-leaning terms, within 16u of its value (u = 2^-24), plus the truncation's
+    1.4e-8 of it, plus float32's subnormal spacing (2^-149) where x² underflows. Above:
+    ``exp(x) - 1 - x`` (inductor's CPU ``expm1``), three roundings of terms no larger than
+    e^x + 1 + |x|. Never negative: the first minibatch's KL (0 up to rounding) must not
+    come out below 0 in one mode and above it in the other."""
+    torch.manual_seed(0)
+    x = (torch.randn(4096) * scale).float()
+    fn = kl_terms if mode == "eager" else compiled(kl_terms, device="cpu")
+    out = fn(x).double()
+    x64 = x.double()
+    series64 = sum(x64**n / math.factorial(n) for n in range(14, 1, -1))
+    exact = torch.where(x64.abs() < 0.25, series64, torch.expm1(x64) - x64)
+    u = 2.0**-24
+    series = x64.abs() < 0.25
+    bound = torch.where(series, (16 * u + 1.4e-8) * exact + 2.0**-149, 3 * u * (x64.exp() + 1 + x64.abs()))
+    assert ((out - exact).abs() <= bound).all(), ((out - exact).abs() / bound).max()
+    assert (out >= 0).all()
