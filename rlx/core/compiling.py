@@ -180,8 +180,10 @@ class WarmProgram:
     differs from call to call belongs in ``layout``. The guards on tensors, types,
     identities and module globals are not checked: the caller guarantees that the
     tensors ``fn`` reads (arguments, parameters, optimizer state, buffers) keep their
-    shapes, dtypes, ``requires_grad`` and aliasing between calls with a key (a program
-    traced on others would run silently), and nobody patches the code. Tensors may be
+    shapes, dtypes, ``requires_grad``, aliasing and gradients (``None`` or a tensor)
+    between calls with a key (a program traced on others would run silently: one traced
+    where the gradients were ``None`` writes them rather than adding to them), and
+    nobody patches the code. Tensors may be
     replaced by others alike (a reloaded optimizer state), since the code reads them
     from their owners at each call. ``fn`` must not change its arguments' Python state
     (their guards are matched after the first call): it returns what it builds.
