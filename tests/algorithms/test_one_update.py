@@ -247,6 +247,7 @@ COMPILED = {"one": (CartPole, {}), "members": (CartPole, {"num_seeds": 3, "membe
             # Gradients accumulated over an epoch's calls: a program for the first minibatch
             # (no gradients yet) and one for the rest (the backward adds to them).
             "accumulated": (Pendulum, {"accumulate_grads": True}),
+            "members_accumulated": (Pendulum, {"num_seeds": 3, "accumulate_grads": True, "target_kl_div": 1e-3}),
             # rsl_rl's rule before each step: the first minibatch's KL, 0 up to rounding,
             # must raise the LR in both (kl_terms is never negative).
             "adaptive_lr_per_minibatch": (Pendulum, CASES["adaptive_lr_per_minibatch"][2]),
