@@ -27,6 +27,7 @@ the masks hold still (a scalar state such as a step count stays shared).
 from __future__ import annotations
 
 import inspect
+import math
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -126,6 +127,12 @@ class SeedAdam(torch.optim.Optimizer):
                     state["step"] = step.expand(self.num_seeds).clone() if step.numel() == 1 else step
 
 
+def _power(beta: float | Tensor, t: Tensor) -> Tensor:
+    """``beta ** t`` for step counts ``t >= 1`` (see :func:`seed_adam_`)."""
+    if isinstance(beta, Tensor) or beta <= 0:
+        return beta**t
+    return torch.exp(t * math.log(beta))
+
 
 def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], exp_avgs: list[Tensor],
                exp_avg_sqs: list[Tensor], max_exp_avg_sqs: list[Tensor] | None, *, lr: float | Tensor,
@@ -150,14 +157,19 @@ def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], e
     seed_lr = lr.double().expand_as(t) if isinstance(lr, Tensor) else t.new_full(t.shape, lr)
     if factor is not None:
         seed_lr = seed_lr * factor.double()
+    # beta ** t as exp(t log beta): equal within float64's rounding, and a compiled CPU
+    # program computes it once (inductor keeps a reused result that holds an exp), where a
+    # pow would be recomputed for every vector of every parameter (gcc may not hoist
+    # std::pow out of a loop under -fmath-errno): 17% of a compiled update at 64 rows.
+    decay1, decay2 = _power(beta1, t), _power(beta2, t)
     if update is None:  # every step counts: no seed is held
-        bc2_sqrt = torch.sqrt(1 - beta2**t)
-        step_size = seed_lr / (1 - beta1**t)
+        bc2_sqrt = torch.sqrt(1 - decay2)
+        step_size = seed_lr / (1 - decay1)
     else:
         counted = t > 0
-        bc2_sqrt = torch.where(counted, torch.sqrt(1 - beta2**t), 1.0)
+        bc2_sqrt = torch.where(counted, torch.sqrt(1 - decay2), 1.0)
         seed_lr = torch.where(counted, seed_lr, 0.0)  # a seed never stepped does not move
-        step_size = seed_lr / torch.where(counted, 1 - beta1**t, 1.0)
+        step_size = seed_lr / torch.where(counted, 1 - decay1, 1.0)
     dtype = params[0].dtype
     step_size, bc2_sqrt = step_size.to(dtype), bc2_sqrt.to(dtype)
     if update is None:
