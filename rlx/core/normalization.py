@@ -331,18 +331,23 @@ class RewardScaler(nn.Module):
         (``decay`` ``[B, T]`` is scratch). :meth:`update`'s recursion, on plain tensors
         (part of collect's tail program with ``compile``: :meth:`rlx.collect.rollout.Rollout.tail`)."""
         # Unrolled, the rule is h_t = r_t + decay_{t-1} * h_{t-1} with
-        # decay_t = gamma * (1 - done_t) and h_{-1} the carried return: one fused
-        # multiply-add per step, in place in the history.
-        history.copy_(rewards)
+        # decay_t = gamma * (1 - done_t) and h_{-1} the carried return: one multiply-add
+        # per step, each column a tensor of its own, stacked into the history once (as
+        # GAE's recursion, rlx.core.gae: column by column in place, a compiled program
+        # re-derives the whole history at every step).
+        rewards = rewards.to(history.dtype)
         if gamma_rows is None:
             decay.fill_(gamma).masked_fill_(dones, 0.0)
-            history[:, 0].add_(returns, alpha=gamma)
+            column = torch.add(rewards[:, 0], returns, alpha=gamma)
         else:
             g = gamma_rows.reshape(-1, 1).to(decay.dtype)
             decay.copy_(g.expand_as(decay)).masked_fill_(dones, 0.0)
-            history[:, 0].addcmul_(returns, g[:, 0])
+            column = torch.addcmul(rewards[:, 0], returns, g[:, 0])
+        columns = [column]
         for t in range(1, history.shape[1]):
-            history[:, t].addcmul_(decay[:, t - 1], history[:, t - 1])
+            column = torch.addcmul(rewards[:, t], decay[:, t - 1], column)
+            columns.append(column)
+        history.copy_(torch.stack(columns, dim=1))
         # The return carried into the next rollout restarts if the last step ended.
         returns.copy_(history[:, -1]).masked_fill_(dones[:, -1], 0.0)
 
