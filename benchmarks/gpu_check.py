@@ -21,7 +21,9 @@ a part whose limit no longer fits is skipped by name. The parts, in priority ord
    that fails is a row naming its error); rlx alone when JAX is not installed.
 3. ``profile``: one ``collect()`` and one ``step()`` profiled at B = 4096 and 65536 in
    the fastest modes (``compile+cudagraphs-step`` and ``cudagraphs-step``): wall ms, GPU-busy ms, kernel count and the
-   10 costliest kernels of each phase.
+   10 costliest kernels of each phase; then 3 iterations as a training loop runs them
+   (:func:`gpu_timeline.iteration_timeline`): the host's waits at the two transfers, its
+   own time, the device's idle time and its longest idle gaps with the kernels around them.
 4. ``members``: 64 members x 1024 envs against one member of 1024 envs and one run of
    65536 envs (``cudagraphs``, 4 minibatches), env steps/s, and a step of the members and
    of the one run profiled (the same rows: where the members' extra time goes).
@@ -55,6 +57,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
+
+from gpu_timeline import iteration_timeline  # noqa: E402
 
 #: Each part's time limit (seconds) on a GPU, and on the CPU with ``--dry-run``.
 #: On an H100 (2026-11-27, from empty caches where it says so): the GPU tests 139 s in one
@@ -196,6 +200,7 @@ def part_profile(dry_run: bool, out: Path) -> None:
         row = {"part": "profile", "device": device, "num_envs": B, "mode": mode, "precision": _precision(device)}
         row["collect"] = _profile_phase(algo.collect, device)
         row["step"] = _profile_phase(algo.step, device)
+        row["iteration"] = iteration_timeline(algo, device)
         _emit(row)
 
 
@@ -385,6 +390,11 @@ def _summary(rows: list[dict], header: str) -> str:
                 top = ", ".join(f"{k['name'][:40]} {k['ms']} ms" for k in p["top_kernels"][:3])
                 lines.append(f"  - B={row['num_envs']} {row['mode']} {phase}: wall {p['wall_ms']} ms, GPU busy "
                              f"{p['gpu_busy_ms']} ms, {p['kernels']} kernels; top: {top}")
+            it = row.get("iteration", {})
+            gaps = ", ".join(f"{g['ms']} ms after {g['after'][:30]} before {g['before'][:30]}" for g in it.get("gaps", [])[:3])
+            lines.append(f"  - B={row['num_envs']} {row['mode']} iteration: wall {it.get('wall_ms')} ms, host waits "
+                         f"{it.get('collect_wait_ms')} + {it.get('step_wait_ms')} ms, host {it.get('host_ms')} ms, GPU "
+                         f"busy {it.get('gpu_busy_ms')} idle {it.get('gpu_idle_ms')} ms; gaps: {gaps}")
         elif "step_profile" in row:
             p = row["step_profile"]
             top = ", ".join(f"{k['name'][:40]} {k['ms']} ms" for k in p["top_kernels"][:3])

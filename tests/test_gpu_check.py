@@ -30,6 +30,8 @@ def test_gpu_check_dry_runs_every_part_on_the_cpu_and_writes_its_files(tmp_path:
     assert by_part["vs_jax"] and all(r["steps_per_s"] > 0 and r["precision"] == "float32" for r in by_part["vs_jax"])
     profile = by_part["profile"][0]
     assert profile["collect"]["wall_ms"] > 0 and profile["step"]["wall_ms"] > 0
+    it = profile["iteration"]  # on the CPU: the host's side only
+    assert it["wall_ms"] > 0 and it["host_ms"] == pytest.approx(it["wall_ms"] - it["collect_wait_ms"] - it["step_wait_ms"])
     assert any(r.get("members_over_one_run") for r in by_part["members"])
     assert {r["algo"]: r["step_ms"] > 0 for r in by_part["npg"] if "algo" in r} == {
         "npg": True, "npg_graphed": True, "npg_4mb_graphed": True, "ppo": True}
@@ -99,3 +101,21 @@ def test_a_vs_jax_mode_that_fails_is_a_row_and_the_next_mode_still_runs(monkeypa
     rows = [json.loads(line[4:]) for line in capsys.readouterr().out.splitlines() if line.startswith("ROW ")]
     sides = [(r["side"], r.get("error")) for r in rows]
     assert ("boom", "RuntimeError: inductor said no") in sides and ("eager", None) in sides, sides
+
+
+def test_idle_gaps_measures_the_union_of_the_kernels_and_names_the_gaps() -> None:
+    """The device's busy time is the union of its kernels' intervals (overlapping kernels,
+    from streams or a graph's branches, count once), its idle time the rest of the span,
+    and each gap is named by the kernel that ended last before it and the one after."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    from gpu_timeline import idle_gaps
+
+    assert idle_gaps([]) == (0.0, 0.0, 0.0, [])
+    kernels = [(10.0, 12.0, "c"), (0.0, 4.0, "a"), (1.0, 3.0, "inside_a"), (3.5, 5.0, "b"), (20.0, 21.0, "d"),
+               (12.0, 13.0, "touching_c")]
+    span, busy, idle, gaps = idle_gaps(kernels)
+    assert (span, busy, idle) == (21.0, 5.0 + 3.0 + 1.0, 21.0 - 9.0)
+    assert gaps == [{"length": 7.0, "after": "touching_c", "before": "d"}, {"length": 5.0, "after": "b", "before": "c"}]
+    assert idle_gaps(kernels, top=1)[3] == gaps[:1]
+    assert idle_gaps(kernels, at_least=6.0)[3] == gaps[:1]
+    assert idle_gaps([(2.0, 3.0, "only")]) == (1.0, 1.0, 0.0, [])
