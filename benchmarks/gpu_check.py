@@ -394,7 +394,9 @@ def _summary(rows: list[dict], header: str) -> str:
             gaps = ", ".join(f"{g['ms']} ms after {g['after'][:30]} before {g['before'][:30]}" for g in it.get("gaps", [])[:3])
             lines.append(f"  - B={row['num_envs']} {row['mode']} iteration: wall {it.get('wall_ms')} ms, host waits "
                          f"{it.get('collect_wait_ms')} + {it.get('step_wait_ms')} ms, host {it.get('host_ms')} ms, GPU "
-                         f"busy {it.get('gpu_busy_ms')} idle {it.get('gpu_idle_ms')} ms; gaps: {gaps}")
+                         f"busy {it.get('gpu_busy_ms')} idle {it.get('gpu_idle_ms')} ms in {it.get('kernels')} kernels "
+                         f"(idle {it.get('idle_in_gaps_under_20us_ms')} ms in {it.get('gaps_under_20us')} gaps < 20 us, "
+                         f"{it.get('idle_in_gaps_over_20us_ms')} ms in {it.get('gaps_over_20us')} longer); gaps: {gaps}")
         elif "step_profile" in row:
             p = row["step_profile"]
             top = ", ".join(f"{k['name'][:40]} {k['ms']} ms" for k in p["top_kernels"][:3])

@@ -20,22 +20,29 @@ __all__ = ["idle_gaps", "iteration_timeline"]
 
 
 def idle_gaps(kernels: Sequence[tuple[float, float, str]], top: int = 6,
-              at_least: float = 0.0) -> tuple[float, float, float, list[dict]]:
-    """``(span, busy, idle, gaps)`` of ``kernels`` (``(start, end, name)`` each, any order,
-    overlapping allowed, one time unit throughout): the time from the first start to the
-    last end, the length of the union of the kernels' intervals, ``span - busy``, and the
-    ``top`` longest gaps of at least ``at_least`` when no kernel runs, longest first, each
-    ``{"length", "after", "before"}`` naming the kernel that ended last before it and the
-    one that starts it."""
+              at_least: float = 0.0) -> tuple[float, float, float, list[dict], dict]:
+    """``(span, busy, idle, gaps, sizes)`` of ``kernels`` (``(start, end, name)`` each, any
+    order, overlapping allowed, one time unit throughout): the time from the first start
+    to the last end, the length of the union of the kernels' intervals, ``span - busy``;
+    the ``top`` longest gaps of at least ``at_least`` when no kernel runs, longest first,
+    each ``{"length", "after", "before"}`` naming the kernel that ended last before it and
+    the one that starts it; and ``sizes``, the count and total of the gaps below
+    ``at_least`` and of those at or above it. Many short gaps are the device's own
+    spacing between dependent kernels (a graph's launches); a few long ones are the host
+    (a wait, then the host's work before its next launch)."""
+    sizes = {"short_count": 0, "short_total": 0.0, "long_count": 0, "long_total": 0.0}
     if not kernels:
-        return 0.0, 0.0, 0.0, []
+        return 0.0, 0.0, 0.0, [], sizes
     ordered = sorted(kernels)
     busy, gaps = 0.0, []
     lo, hi, last = ordered[0][0], ordered[0][1], ordered[0][2]
     for start, end, name in ordered[1:]:
         if start > hi:  # no kernel runs from hi to start
             busy += hi - lo
-            if start - hi >= at_least:
+            kind = "long" if start - hi >= at_least else "short"
+            sizes[f"{kind}_count"] += 1
+            sizes[f"{kind}_total"] += start - hi
+            if kind == "long":
                 gaps.append({"length": start - hi, "after": last, "before": name})
             lo, hi, last = start, end, name
         elif end > hi:
@@ -43,7 +50,7 @@ def idle_gaps(kernels: Sequence[tuple[float, float, str]], top: int = 6,
     busy += hi - lo
     span = hi - ordered[0][0]
     gaps.sort(key=lambda g: -g["length"])
-    return span, busy, span - busy, gaps[:top]
+    return span, busy, span - busy, gaps[:top], sizes
 
 
 def iteration_timeline(algo, device: str, iterations: int = 3) -> dict:
@@ -53,9 +60,10 @@ def iteration_timeline(algo, device: str, iterations: int = 3) -> dict:
     activity only (no host ops recorded, so the host runs at its own pace). Returns ms per
     iteration: ``wall``, ``collect_wait`` and ``step_wait`` (the host blocked at each
     transfer), ``host`` (the rest: the host's own work, during which the device idles
-    once it has run out of queued work), and from the profile ``gpu_span``, ``gpu_busy``,
-    ``gpu_idle`` and the longest idle gaps with the kernels around them (on a CPU, no
-    device rows)."""
+    once it has run out of queued work), and from the profile the kernels an iteration,
+    ``gpu_span``, ``gpu_busy``, ``gpu_idle``, that idle time split between gaps under and
+    over 20 us (the device's spacing between a graph's kernels, or the host), and the
+    longest gaps with the kernels around them (on a CPU, no device rows)."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
@@ -96,9 +104,14 @@ def iteration_timeline(algo, device: str, iterations: int = 3) -> dict:
         sync()
     kernels = [(e.time_range.start, e.time_range.end, e.name) for e in prof.events()
                if e.device_type == torch.autograd.DeviceType.CUDA]  # us
-    span, busy, idle, gaps = idle_gaps(kernels, top=6, at_least=20.0)
-    out |= {"gpu_span_ms": round(span / 1e3 / iterations, 3), "gpu_busy_ms": round(busy / 1e3 / iterations, 3),
-            "gpu_idle_ms": round(idle / 1e3 / iterations, 3),
+    span, busy, idle, gaps, sizes = idle_gaps(kernels, top=6, at_least=20.0)
+    ms = 1e-3 / iterations  # us over the iterations -> ms an iteration
+    out |= {"kernels": len(kernels) // iterations, "gpu_span_ms": round(span * ms, 3),
+            "gpu_busy_ms": round(busy * ms, 3), "gpu_idle_ms": round(idle * ms, 3),
+            "idle_in_gaps_under_20us_ms": round(sizes["short_total"] * ms, 3),
+            "gaps_under_20us": sizes["short_count"] // iterations,
+            "idle_in_gaps_over_20us_ms": round(sizes["long_total"] * ms, 3),
+            "gaps_over_20us": sizes["long_count"] // iterations,
             "gaps": [{"ms": round(g["length"] / 1e3, 3), "after": g["after"][:60], "before": g["before"][:60]}
                      for g in gaps]}
     return out

@@ -110,12 +110,15 @@ def test_idle_gaps_measures_the_union_of_the_kernels_and_names_the_gaps() -> Non
     sys.path.insert(0, str(ROOT / "benchmarks"))
     from gpu_timeline import idle_gaps
 
-    assert idle_gaps([]) == (0.0, 0.0, 0.0, [])
+    none = {"short_count": 0, "short_total": 0.0, "long_count": 0, "long_total": 0.0}
+    assert idle_gaps([]) == (0.0, 0.0, 0.0, [], none)
     kernels = [(10.0, 12.0, "c"), (0.0, 4.0, "a"), (1.0, 3.0, "inside_a"), (3.5, 5.0, "b"), (20.0, 21.0, "d"),
                (12.0, 13.0, "touching_c")]
-    span, busy, idle, gaps = idle_gaps(kernels)
+    span, busy, idle, gaps, sizes = idle_gaps(kernels)
     assert (span, busy, idle) == (21.0, 5.0 + 3.0 + 1.0, 21.0 - 9.0)
     assert gaps == [{"length": 7.0, "after": "touching_c", "before": "d"}, {"length": 5.0, "after": "b", "before": "c"}]
+    assert sizes == {"short_count": 0, "short_total": 0.0, "long_count": 2, "long_total": 12.0}
     assert idle_gaps(kernels, top=1)[3] == gaps[:1]
-    assert idle_gaps(kernels, at_least=6.0)[3] == gaps[:1]
-    assert idle_gaps([(2.0, 3.0, "only")]) == (1.0, 1.0, 0.0, [])
+    *_, long_gaps, sizes = idle_gaps(kernels, at_least=6.0)
+    assert long_gaps == gaps[:1] and sizes == {"short_count": 1, "short_total": 5.0, "long_count": 1, "long_total": 7.0}
+    assert idle_gaps([(2.0, 3.0, "only")]) == (1.0, 1.0, 0.0, [], none)
