@@ -19,7 +19,10 @@ program: the whole run is one ``jax.jit``). For each setting and round, interlea
   ``cudagraphs-step`` and ``compile+cudagraphs-step``, step()'s whole device work one
   graph (``cudagraphs_scope="step"``); ``compile+amp`` and ``compile+cudagraphs-step+amp``:
   those programs under bf16 autocast (not JAX's float32 arithmetic, and so rows of their
-  own; fp16 with a GradScaler on a GPU before Ampere, which graphs refuse): the first
+  own; fp16 with a GradScaler on a GPU before Ampere, which graphs refuse);
+  ``compile+cudagraphs-step+combo``: the compiled programs built with inductor's
+  ``combo_kernels`` (independent small kernels, such as the per-parameter norms of the
+  gradient clip, launched as one; CUDA only, an experiment on the kernel count): the first
   iteration's time (compiling included), then steady-state env steps/s of ``collect()``
   + ``step()`` over the same iterations, and the same return.
 
@@ -37,6 +40,7 @@ before 2026-11-27's ``pinned_cpus`` field ran unpinned). Needs the ``jax`` extra
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import statistics
 import sys
@@ -93,17 +97,18 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
                     config = s.rlx_config(device, seed=r, compile="compile" in mode,
                                           cudagraphs="cudagraphs" in mode, amp="amp" in mode,
                                           cudagraphs_scope="step" if "-step" in mode else "minibatch")
-                    algo = config.build(CartPole)
-                    start = time.perf_counter()
-                    algo.collect()
-                    algo.step()
-                    first_s = time.perf_counter() - start
-                    # Warm-up: every CUDA graph captured before the timing (collect's T loop
-                    # and the step's graph are called once an iteration: GRAPH_WARMUPS eager
-                    # calls, then the capture), and the compiled last-value pass.
-                    for _ in range(GRAPH_WARMUPS):
+                    with _combo_kernels("+combo" in mode):  # programs are made at build and first calls
+                        algo = config.build(CartPole)
+                        start = time.perf_counter()
                         algo.collect()
                         algo.step()
+                        first_s = time.perf_counter() - start
+                        # Warm-up: every CUDA graph captured before the timing (collect's T loop
+                        # and the step's graph are called once an iteration: GRAPH_WARMUPS eager
+                        # calls, then the capture), and the compiled last-value pass.
+                        for _ in range(GRAPH_WARMUPS):
+                            algo.collect()
+                            algo.step()
                     if device == "cuda":
                         torch.cuda.synchronize()
                     returns = []
@@ -143,6 +148,23 @@ def _jax_precision(device: str) -> str:
     return "tf32" if device == "cuda" and setting in ("default", "None", "bfloat16_3x", "tensorfloat32") else "float32"
 
 
+@contextlib.contextmanager
+def _combo_kernels(on: bool):
+    """rlx's CUDA programs made with inductor's ``combo_kernels`` while ``on`` (the options
+    are read when rlx makes a compiled function: at build, and at the first collect for
+    the T loop's)."""
+    from rlx.core.compiling import CUDA_INDUCTOR_OPTIONS
+
+    saved = dict(CUDA_INDUCTOR_OPTIONS)
+    if on:
+        CUDA_INDUCTOR_OPTIONS["combo_kernels"] = True
+    try:
+        yield
+    finally:
+        CUDA_INDUCTOR_OPTIONS.clear()
+        CUDA_INDUCTOR_OPTIONS.update(saved)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--device", default="cpu")
@@ -150,7 +172,8 @@ def main() -> None:
     parser.add_argument("--minibatches", type=int, nargs="+", default=[4, 64])
     parser.add_argument("--modes", nargs="+", default=["eager", "compile"],
                         choices=["eager", "compile", "cudagraphs", "compile+cudagraphs", "cudagraphs-step",
-                                 "compile+cudagraphs-step", "compile+amp", "compile+cudagraphs-step+amp"])
+                                 "compile+cudagraphs-step", "compile+amp", "compile+cudagraphs-step+amp",
+                                 "compile+cudagraphs-step+combo"])
     parser.add_argument("--iterations", type=int, default=0, help="iterations timed per run (default: ~0.5M env steps, at least 4, 10 on CUDA)")
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--threads", type=int, default=1)

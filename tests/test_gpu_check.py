@@ -96,11 +96,14 @@ def test_a_vs_jax_mode_that_fails_is_a_row_and_the_next_mode_still_runs(monkeypa
                 for m in modes or ["jax"]]
 
     monkeypatch.setattr(vs_jax, "run", run)
-    monkeypatch.setattr(gpu_check, "VS_JAX_DRY", ([64], ["boom", "eager"]))
+    monkeypatch.setattr(gpu_check, "VS_JAX_DRY", [(64, ["boom", "eager"]), (64, ["compile"])])
     gpu_check.part_vs_jax(True, Path("."))
     rows = [json.loads(line[4:]) for line in capsys.readouterr().out.splitlines() if line.startswith("ROW ")]
     sides = [(r["side"], r.get("error")) for r in rows]
     assert ("boom", "RuntimeError: inductor said no") in sides and ("eager", None) in sides, sides
+    # A size listed again (a later, lower-priority group of its modes) reuses its JAX rate.
+    assert ("compile", None) in sides and sum(side == "jax" for side, _ in sides) <= 1, sides
+    assert all(r["vs_jax"] == 1.0 for r in rows if r["side"] in ("eager", "compile") and r["jax"] == "warm"), rows
 
 
 def test_idle_gaps_measures_the_union_of_the_kernels_and_names_the_gaps() -> None:
@@ -122,3 +125,22 @@ def test_idle_gaps_measures_the_union_of_the_kernels_and_names_the_gaps() -> Non
     *_, long_gaps, sizes = idle_gaps(kernels, at_least=6.0)
     assert long_gaps == gaps[:1] and sizes == {"short_count": 1, "short_total": 5.0, "long_count": 1, "long_total": 7.0}
     assert idle_gaps([(2.0, 3.0, "only")]) == (1.0, 1.0, 0.0, [], none)
+
+
+def test_vs_jax_combo_mode_sets_inductors_combo_kernels_for_rlx_cuda_programs_and_restores_them() -> None:
+    """``+combo``'s programs are made with ``combo_kernels`` (rlx reads its CUDA options when
+    it makes a compiled function); the options are as they were afterwards, raise or not."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import vs_jax
+
+    from rlx.core.compiling import CUDA_INDUCTOR_OPTIONS
+
+    before = dict(CUDA_INDUCTOR_OPTIONS)
+    with vs_jax._combo_kernels(True):
+        assert CUDA_INDUCTOR_OPTIONS == {**before, "combo_kernels": True}
+    assert CUDA_INDUCTOR_OPTIONS == before
+    with pytest.raises(RuntimeError), vs_jax._combo_kernels(True):
+        raise RuntimeError("inductor said no")
+    assert CUDA_INDUCTOR_OPTIONS == before
+    with vs_jax._combo_kernels(False):
+        assert CUDA_INDUCTOR_OPTIONS == before
