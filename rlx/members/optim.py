@@ -171,7 +171,9 @@ def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], e
         seed_lr = torch.where(counted, seed_lr, 0.0)  # a seed never stepped does not move
         step_size = seed_lr / torch.where(counted, 1 - decay1, 1.0)
     dtype = params[0].dtype
-    step_size, bc2_sqrt = step_size.to(dtype), bc2_sqrt.to(dtype)
+    # Each parameter's row as a view, all in one op (an index per parameter would be 2P
+    # ops, most of an eager step's dispatch: 24 of its 47 ops for a 64x64 MLP's 12 tensors).
+    step_size, bc2_sqrt = step_size.to(dtype).unbind(0), bc2_sqrt.to(dtype).unbind(0)
     if update is None:
         read = list(grads)
         if weight_decay and decoupled:
@@ -203,10 +205,10 @@ def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], e
         second = max_exp_avg_sqs
         torch._foreach_maximum_(second, exp_avg_sqs)
     denom = torch._foreach_sqrt(second)
-    torch._foreach_div_(denom, [_seed_view(bc2_sqrt[k], p) for k, p in enumerate(params)])
+    torch._foreach_div_(denom, [_seed_view(b, p) for b, p in zip(bc2_sqrt, params)])
     torch._foreach_add_(denom, eps)
     steps_taken = torch._foreach_div(exp_avgs, denom)
-    torch._foreach_mul_(steps_taken, [_seed_view(step_size[k], p) for k, p in enumerate(params)])
+    torch._foreach_mul_(steps_taken, [_seed_view(z, p) for z, p in zip(step_size, params)])
     torch._foreach_sub_(params, steps_taken)
 
 
