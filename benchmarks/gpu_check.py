@@ -120,7 +120,6 @@ def _workers() -> list[str]:
     return ["-n", "4"] if importlib.util.find_spec("xdist") else []
 
 
-#: vs_jax's sizes and rlx modes on a GPU, fastest mode first, and in a dry run.
 #: vs_jax's (size, modes) in the order they run, which is their priority: the part's
 #: limit cuts the last ones (each compiled mode compiles for about 35 s from an empty
 #: cache on an H100; on 2026-11-27 B = 262144 never started).

@@ -1,12 +1,13 @@
 """Where a GPU iteration's time goes between its kernels: the idle gaps of the device and
-the host's waits, over iterations run as a training loop runs them (no sync between
-``collect()`` and ``step()``).
+the host's waits, over iterations run as a training loop runs them (no synchronization
+added between ``collect()`` and ``step()``: only rlx's own transfers wait).
 
 :func:`iteration_timeline` is ``gpu_check.py``'s ``profile`` part's ``iteration`` row. On
 an H100 (2026-11-27) an iteration at B = 4096 (compile + graphs) took 8.8 ms of which its
-kernels were busy 6.75 ms: this says where the other 2 ms fall (after collect's transfer,
-before step's first kernel; after step's, before the next collect's) and how long the host
-waited at each transfer, so that the next change to the iteration's host side is made on a
+kernels were busy 6.75 ms: this says where the other 2 ms fall, in a few long gaps (after
+collect's transfer, before step's first kernel; after step's, before the next collect's:
+the host) or in the many short ones between a graph's kernels (the device's own spacing),
+and how long the host waited at each transfer, so that the next change is made on a
 measurement. :func:`idle_gaps`, the arithmetic, is tested on the CPU
 (``tests/test_gpu_check.py``).
 """
@@ -56,7 +57,8 @@ def idle_gaps(kernels: Sequence[tuple[float, float, str]], top: int = 6,
 def iteration_timeline(algo, device: str, iterations: int = 3) -> dict:
     """``iterations`` of ``collect(); step()`` as a training loop runs them, twice: once
     timed on the host with each statistics transfer's wait timed (``Stats.to_host``, the
-    only place rlx waits for the device), once under ``torch.profiler`` with the device's
+    only place rlx waits for the device: one in each call, collect's first, as PPO
+    without ``sync_kl_stop`` has them), once under ``torch.profiler`` with the device's
     activity only (no host ops recorded, so the host runs at its own pace). Returns ms per
     iteration: ``wall``, ``collect_wait`` and ``step_wait`` (the host blocked at each
     transfer), ``host`` (the rest: the host's own work, during which the device idles
