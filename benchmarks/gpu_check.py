@@ -22,7 +22,8 @@ a part whose limit no longer fits is skipped by name. The parts, in priority ord
    ``cudagraphs``, ``compile+cudagraphs-step+amp`` (bf16 autocast: a row of its own, not
    JAX's arithmetic) and ``eager``; rlx alone when JAX is not installed.
 3. ``profile``: one ``collect()`` and one ``step()`` profiled at B = 4096 and 65536 in
-   the fastest modes (``compile+cudagraphs-step`` and ``cudagraphs-step``): wall ms, GPU-busy ms, kernel count and the
+   the fastest modes (``compile+cudagraphs-step`` and ``cudagraphs-step``, then the first
+   with ``+combo`` at B = 4096: :data:`PROFILE`): wall ms, GPU-busy ms, kernel count and the
    10 costliest kernels of each phase; then 3 iterations as a training loop runs them
    (:func:`gpu_timeline.iteration_timeline`): the host's waits at the two transfers, its
    own time, the device's idle time and its longest idle gaps with the kernels around them.
@@ -197,16 +198,25 @@ def _profile_phase(fn, device: str) -> dict:
             "top_kernels": [{"name": k[:120], "ms": round(ms, 3), "calls": n} for k, ms, n in top]}
 
 
+#: The profile part's (size, mode) in run order: the fastest modes, then the compiled step
+#: graph with inductor's combo kernels at B = 4096 (its kernel count beside the plain one's).
+PROFILE = [(4096, "compile+cudagraphs-step"), (4096, "cudagraphs-step"), (65536, "compile+cudagraphs-step"),
+           (65536, "cudagraphs-step"), (4096, "compile+cudagraphs-step+combo")]
+PROFILE_DRY = [(64, "eager")]
+
+
 def part_profile(dry_run: bool, out: Path) -> None:
     from rlx.envs import CartPole
 
+    import vs_jax
+
     device = _device(dry_run)
-    for B, mode in [(64, "eager")] if dry_run else [(B, m) for B in (4096, 65536)
-                                                   for m in ("compile+cudagraphs-step", "cudagraphs-step")]:
-        algo = _algo(B, device, mode).build(CartPole)
-        for _ in range(_warmups()):  # compile, the graphs' warm-ups and captures
-            algo.collect()
-            algo.step()
+    for B, mode in PROFILE_DRY if dry_run else PROFILE:
+        with vs_jax._combo_kernels("+combo" in mode):  # programs are made at build and first calls
+            algo = _algo(B, device, mode).build(CartPole)
+            for _ in range(_warmups()):  # compile, the graphs' warm-ups and captures
+                algo.collect()
+                algo.step()
         row = {"part": "profile", "device": device, "num_envs": B, "mode": mode, "precision": _precision(device)}
         row["collect"] = _profile_phase(algo.collect, device)
         row["step"] = _profile_phase(algo.step, device)
