@@ -212,7 +212,7 @@ def part_profile(dry_run: bool, out: Path) -> None:
 
     device = _device(dry_run)
     for B, mode in PROFILE_DRY if dry_run else PROFILE:
-        with vs_jax._combo_kernels("+combo" in mode):  # programs are made at build and first calls
+        with vs_jax.combo_kernels("+combo" in mode):  # programs are made at build and first calls
             algo = _algo(B, device, mode).build(CartPole)
             for _ in range(_warmups()):  # compile, the graphs' warm-ups and captures
                 algo.collect()

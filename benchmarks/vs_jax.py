@@ -97,7 +97,7 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
                     config = s.rlx_config(device, seed=r, compile="compile" in mode,
                                           cudagraphs="cudagraphs" in mode, amp="amp" in mode,
                                           cudagraphs_scope="step" if "-step" in mode else "minibatch")
-                    with _combo_kernels("+combo" in mode):  # programs are made at build and first calls
+                    with combo_kernels("+combo" in mode):  # programs are made at build and first calls
                         algo = config.build(CartPole)
                         start = time.perf_counter()
                         algo.collect()
@@ -149,7 +149,7 @@ def _jax_precision(device: str) -> str:
 
 
 @contextlib.contextmanager
-def _combo_kernels(on: bool):
+def combo_kernels(on: bool):
     """rlx's CUDA programs made with inductor's ``combo_kernels`` while ``on`` (the options
     are read when rlx makes a compiled function: at build, and at the first collect for
     the T loop's)."""

@@ -136,11 +136,11 @@ def test_vs_jax_combo_mode_sets_inductors_combo_kernels_for_rlx_cuda_programs_an
     from rlx.core.compiling import CUDA_INDUCTOR_OPTIONS
 
     before = dict(CUDA_INDUCTOR_OPTIONS)
-    with vs_jax._combo_kernels(True):
+    with vs_jax.combo_kernels(True):
         assert CUDA_INDUCTOR_OPTIONS == {**before, "combo_kernels": True}
     assert CUDA_INDUCTOR_OPTIONS == before
-    with pytest.raises(RuntimeError), vs_jax._combo_kernels(True):
+    with pytest.raises(RuntimeError), vs_jax.combo_kernels(True):
         raise RuntimeError("inductor said no")
     assert CUDA_INDUCTOR_OPTIONS == before
-    with vs_jax._combo_kernels(False):
+    with vs_jax.combo_kernels(False):
         assert CUDA_INDUCTOR_OPTIONS == before
