@@ -48,6 +48,7 @@ def _run_without_syncs(algo, iterations: int = 2) -> list[dict[str, float]]:
         ("Acrobot", {"sgd_minibatch_size": 1024}),
         ("MountainCarContinuous", {"normalize_obs": True}),
         ("PointMass", {"sgd_minibatch_size": 1024}),
+        ("CartPole", {"rnd": {"weight": 0.5, "normalize_state": True, "weight_schedule": [(0, 0.5), (5000, 0.1)]}}),
     ],
 )
 def test_collect_and_step_do_not_sync_on_cuda(env_name: str, extra: dict) -> None:
@@ -471,6 +472,9 @@ def _step_both_from_one_state(graphed, plain) -> tuple[dict[str, float], dict[st
     plain_stats = plain.step()
     for a, b in zip(plain.policy.parameters(), graphed.policy.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    if graphed.rnd is not None:  # RND's predictor steps inside the captured update
+        for a, b in zip(plain.rnd.predictor.parameters(), graphed.rnd.predictor.parameters()):
+            torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
     return graphed_stats, plain_stats
 
 
@@ -499,7 +503,10 @@ def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone(extra: d
     {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}, "target_kl_div": 0.01},
     {"compile": True},
     {"enable_amp": True, "target_kl_div": 0.01},
-], ids=["one", "kl_stop_schedule", "members", "compiled", "amp"])
+    # RND: the intrinsic rewards in the graph's GAE, the predictor's step held with the policy's.
+    {"rnd": {"weight": 0.5, "predictor_hiddens": [32], "target_hiddens": [32], "normalize_state": True,
+             "normalize_reward": True}, "target_kl_div": 0.002},
+], ids=["one", "kl_stop_schedule", "members", "compiled", "amp", "rnd"])
 def test_the_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> None:
     """``cudagraphs_scope="step"``: one graph holds all of step()'s device work (GAE, the
     epochs' orders and gathers, the minibatch updates with the KL early stop's gating,
@@ -515,8 +522,9 @@ def test_the_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> Non
     assert whole.run_update_phase.captured
     plain = AlgorithmConfig(**config, cudagraphs=False).build(CartPole)
     graphed_stats, plain_stats = _step_both_from_one_state(whole, plain)
-    for key in ("losses/total", "monitors/kl_div", "monitors/clip_fraction"):
-        assert graphed_stats[key] == pytest.approx(plain_stats[key], rel=1e-4, abs=1e-6), key
+    for key in ("losses/total", "monitors/kl_div", "monitors/clip_fraction", "losses/rnd", "rnd/intrinsic_reward"):
+        if key in plain_stats:
+            assert graphed_stats[key] == pytest.approx(plain_stats[key], rel=1e-4, abs=1e-6), key
     if "target_kl_div" in extra:
         assert graphed_stats["monitors/optimizer_steps"] == plain_stats["monitors/optimizer_steps"]
     for stats in _run_without_syncs(whole):

@@ -72,8 +72,6 @@ class Epochs:
                     losses = self.update(mb, weight=weight, step=k == num_minibatches - 1, kl_so_far=kl_so_far,
                                          accumulated=k > 0)
                     kl_so_far = kl_so_far + weight * losses[kl_index]
-                if self.rnd is not None and (not cfg.accumulate_grads or k == num_minibatches - 1):
-                    self._rnd_steps += 1  # the predictor stepped with this minibatch
             epochs_run += 1
             if control is not None and e + 1 < len(orders):
                 stopped = control.stopped(members.active())

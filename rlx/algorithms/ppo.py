@@ -9,7 +9,6 @@ statistics' (and, on a CPU, one per epoch with the KL early stop: ``PPO.sync_kl_
 
 from __future__ import annotations
 
-import copy
 import functools
 import sys
 import time
@@ -30,14 +29,13 @@ from rlx.algorithms.kl_control import KLEarlyStop, adapt_lr_, adapted_lr
 from rlx.algorithms.minibatches import (  # the micro-batch defaults, re-exported
     CPU_MICRO_BATCH_SIZE, CPU_WIDE_MICRO_BATCH_SIZE, Batch, MinibatchSource, Samples, default_cpu_micro_batch_size,
     micro_batch_rows, pass_rows, passes)
-from rlx.algorithms.rnd import RND, RNDConfig
+from rlx.algorithms.rnd import IntrinsicRewards
 from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.core.compiling import CompiledCall, WarmProgram, compiled, recheck_values
 from rlx.members.optim import adam_state, steps_functionally
 from rlx.core.cuda_graphs import GraphedBatchCall, GraphedCall
-from rlx.env import OBS, TERMINATED, TRUNCATED
-from rlx.policy import EvalOutput, flatten_time
+from rlx.policy import EvalOutput
 from rlx.core.schedulers import Schedule
 from rlx.algorithms.ppo_losses import PPOLosses, kl_terms, ppo_losses
 from rlx.members.ops import seed_means
@@ -56,7 +54,7 @@ LOSS_STATS = {"total": "losses/total", "policy": "losses/policy", "vf": "losses/
               "clip_fraction": "monitors/clip_fraction"}
 
 
-class PPO(Epochs, Algorithm):
+class PPO(Epochs, IntrinsicRewards, Algorithm):
     """PPO on rlx's shared engine; build it with ``AlgorithmConfig(...).build(env_cls)``."""
 
     config: AlgorithmConfig
@@ -97,16 +95,7 @@ class PPO(Epochs, Algorithm):
                                   f"actions), got a {self.env.action_spec.dtype} action spec")
             # The update's terms gain the mirror loss, reported as losses/mirror.
             self.loss_fields = namedtuple(f"{self.loss_fields.__name__}WithMirror", (*self.loss_fields._fields, "mirror"))
-        #: Random network distillation (``config.rnd``), else ``None``.
-        self.rnd: RND | None = None
-        if getattr(config, "rnd", None) is not None:  # PPO's (A2C has none)
-            self.rnd = RND(RNDConfig.from_dict(config.rnd), self.env.observation_spec, self.num_envs, config.gamma,
-                           self.device, members=self.num_seeds, where=f"{type(config).__name__}.rnd")
-            if self.world_size > 1:
-                rdist.broadcast_module_(self.rnd)  # one target and one predictor on every rank
-        self._rnd_loss = torch.zeros(self.members.lead, device=self.device)
-        self._rnd_steps = 0
-        self._intrinsic = torch.zeros((), device=self.device)
+        self._init_rnd(config)
         self.kl_stop = None
         # The update's statistics, accumulated on the device by each minibatch update.
         self._sums = torch.zeros(len(self.loss_fields._fields), *self.members.lead, device=self.device)
@@ -138,9 +127,8 @@ class PPO(Epochs, Algorithm):
         self.run_update_phase = self._wrapped_phase()
         # The phases around the epochs: GAE and the batch, each epoch's gather, the
         # statistics after the epochs (a program each with compile, on a single process's
-        # tensor observations; RND's schedule would change the first program's constants
-        # every update).
-        phases = (self.compiles and self.world_size == 1 and self.rnd is None and not self.policy.recurrent
+        # tensor observations).
+        phases = (self.compiles and self.world_size == 1 and not self.policy.recurrent
                   and not isinstance(self.env.observation_spec, Composite))
         self.prepare, self.gather, self.finish_statistics = self.prepared_batch, self.gathered, self.step_statistics
         #: The phases' compiled programs (prepare, gather, finish_statistics), with ``compile``.
@@ -272,6 +260,7 @@ class PPO(Epochs, Algorithm):
             "coefficients/entropy": entropy_coeff,
             "coefficients/vf": float(cfg.vf_coeff),
             **hparams,
+            **({"rnd/weight": self.rnd.weight_value} if self.rnd is not None else {}),
             "profiling/step_ms": 1e3 * (time.perf_counter() - start),
         }
         self._check_params_finite(host, out)
@@ -294,10 +283,8 @@ class PPO(Epochs, Algorithm):
                 self._lr_applied.copy_(self._lr_tensor)  # the groups hold the base LR between steps
         self.members.add_activity(stats)
         if self.rnd is not None:
-            add("losses/rnd", self._rnd_loss / max(self._rnd_steps, 1))
-            add("rnd/intrinsic_reward", self._intrinsic.clone())
-            self._rnd_loss.zero_()
-            self._rnd_steps = 0
+            add("losses/rnd", self._rnd_loss / self._rnd_steps.clamp(min=1))
+            add("rnd/intrinsic_reward", self._intrinsic)
         if self.config.kl_adaptive_lr_per_minibatch and self.num_seeds > 1:  # each member's, as adapted
             add("monitors/lr", self._lr_tensor * self.members.lr_factor)
         elif self._lr_tensor is not None:  # a copy: the schedule may move the LR before the transfer
@@ -343,6 +330,9 @@ class PPO(Epochs, Algorithm):
         # (loss_fields' order), and the largest KL they see.
         self._sums.zero_()
         self._kl_max.zero_()
+        if self.rnd is not None:
+            self._rnd_loss.zero_()
+            self._rnd_steps.zero_()
         self.compute_advantages()
         normalize = self.members.normalize if self.config.normalize_advantages else None
         return self.minibatches.batch(self.buffer, self.horizon, normalize)
@@ -392,8 +382,8 @@ class PPO(Epochs, Algorithm):
                 if self.kl_stop is not None:
                     gate, running = self.kl_stop.gate(kl, self.members.active()), self.kl_stop.running
             self.optimizer_step(self._update_params, gate, running)
-            if self.rnd is not None:  # the predictor's own step on this minibatch (counted by run_epochs)
-                self._rnd_loss.add_(self.rnd.train_step(mb[OBS]))
+            if self.rnd is not None:
+                self._rnd_step(mb, running)
         # The update's statistics (run_epochs reads them): a member's count only while its
         # epoch runs; the largest KL seen, a float32 statistic whatever the model's dtype.
         kl = stats[self._kl_index].to(self._kl_max.dtype)
@@ -450,31 +440,12 @@ class PPO(Epochs, Algorithm):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
-        if self.rnd is not None:
-            self.rnd.load_extra_state(state["rnd"])
         # Loading replaced the optimizer's state tensors, which a captured update would
         # go on reading: warm up and capture again at the next step().
         self.update = self._wrapped_update()
         self.run_update_phase = self._wrapped_phase()
         # The entropy coefficient is a function of the restored env-step count.
         self._refresh_entropy_coeff()
-
-    def _with_intrinsic_rewards(self, rewards: Tensor) -> Tensor:
-        if self.rnd is None:
-            return rewards
-        buf, T = self.buffer, self.horizon
-        next_obs = buf.get(OBS)[:, 1 : T + 1]  # the observation each step led to
-        self.rnd.update_state_stats(flatten_time(next_obs))
-        dones = buf.get(TERMINATED)[:, :T] | buf.get(TRUNCATED)[:, :T]
-        intrinsic = self.rnd.intrinsic_rewards(next_obs, dones, self.env_steps)
-        self._intrinsic = self.members.mean_each(intrinsic.reshape(intrinsic.shape[0], -1)).reshape(self.members.lead)
-        return torch.add(rewards, intrinsic, out=self._scaled_rewards)
-
-    def state_dict(self) -> dict[str, Any]:
-        state = super().state_dict()
-        if self.rnd is not None:
-            state["rnd"] = copy.deepcopy(self.rnd.extra_state())
-        return state
 
     def _refresh_entropy_coeff(self) -> None:
         """Set the entropy coefficient for the env steps so far: the schedule's value, or

@@ -22,13 +22,22 @@ In rlx (``AlgorithmConfig.rnd``):
 * ``weight_schedule``: ``[(env_steps, weight), ...]`` with ``weight_schedule_kind``
   ``"step"`` or ``"interp"``, over the env steps collected so far (this rollout's included).
 
-``step()`` reports ``losses/rnd`` (the predictor's loss, mean over minibatches) and
+``step()`` reports ``losses/rnd`` (the predictor's loss, mean over its steps),
 ``rnd/intrinsic_reward`` and ``rnd/weight``. Checkpoints hold both networks, the
 predictor's optimizer and the normalizers.
+
+Its work is tensor arithmetic on state it owns, so PPO's one update function runs it as
+it runs the policy's step, eagerly, compiled into the same program and captured in the
+same CUDA graph: the intrinsic rewards inside the step's first phase (GAE and the batch),
+the predictor's Adam step inside each minibatch update, held wherever the policy's step
+is held (a KL early stop's later epochs, a frozen member). The schedule's weight is a
+device tensor set on the host after each collect (:meth:`RND.set_weight`), which the
+programs read rather than bake in.
 """
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import itertools
 from collections.abc import Mapping
@@ -42,11 +51,13 @@ from rlx.core.config_fields import ConfigError, settings_from_dict
 from rlx.core.normalization import RewardScaler, RunningMeanStd
 from rlx.core.layout import by_member, from_by_member, member_lead
 from rlx.core.schedulers import Schedule
+from rlx.env import OBS, TERMINATED, TRUNCATED
+from rlx.policy import flatten_time
 from rlx.members.ops import seed_means
-from rlx.members.optim import adam_state, adam_step_
+from rlx.members.optim import adam_state, adam_step_, seed_optimizer
 from rlx.members.stacked import _stack_mlp
 
-__all__ = ["RND", "RNDConfig"]
+__all__ = ["RND", "RNDConfig", "IntrinsicRewards"]
 
 
 @dataclasses.dataclass
@@ -166,7 +177,10 @@ class RND(nn.Module):
         self.predictor = net(config.predictor_hiddens)
         self.target = net(config.target_hiddens)
         self.target.requires_grad_(False)
-        self.optimizer = torch.optim.Adam(self.predictor.parameters(), lr=config.learning_rate)
+        # Each member's own step count (SeedAdam): a member's step is held where its policy's is.
+        self.optimizer = seed_optimizer(torch.optim.Adam, list(self.predictor.parameters()), members,
+                                        {"lr": config.learning_rate}) if members > 1 else torch.optim.Adam(
+                                            self.predictor.parameters(), lr=config.learning_rate)
         adam_state(self.optimizer, list(self.predictor.parameters()))  # made now: a compiled update reads it
         self.state_stats = (RunningMeanStd((*member_lead(members), size), device=device, sync_ranks=True)
                             if config.normalize_state else None)
@@ -174,14 +188,30 @@ class RND(nn.Module):
                               if config.normalize_reward else None)
         self.schedule = Schedule(config.weight_schedule, config.weight_schedule_kind, initial=float(config.weight),
                                  name="rnd.weight_schedule")
+        #: The intrinsic reward's weight for the rollout in the buffer (:meth:`set_weight`):
+        #: a tensor, read by the compiled and captured programs; :attr:`weight_value` its host mirror.
+        self.weight = torch.zeros((), device=device)
+        self.weight_value: float | None = None
+
+    def set_weight(self, env_steps: int, horizon: int) -> None:
+        """Before the update phase that reads them: the schedule's weight at ``env_steps``
+        (the rollout's included) into :attr:`weight` (written only when it changed), and
+        the intrinsic reward scaler's scratch for ``horizon`` steps made, so the programs
+        allocate nothing of their own."""
+        value = self.schedule.value(env_steps)
+        if value != self.weight_value:
+            self.weight.fill_(value)
+            self.weight_value = value
+        if self.reward_scaler is not None:
+            self.reward_scaler.scratch(horizon)
 
     def state(self, obs: Any) -> Tensor:
         """``[N, D]`` the RND state of raw observations (normalized when configured; with
-        S members, seed-major rows against each member's statistics)."""
+        S members, seed-major rows against each member's statistics), in the networks' dtype."""
         x = self._flatten(obs, self.spec)
         if self.state_stats is not None:
-            x = from_by_member(self.state_stats.normalize(by_member(x, self.members, 1)), self.members, x.shape).float()
-        return x
+            x = from_by_member(self.state_stats.normalize(by_member(x, self.members, 1)), self.members, x.shape)
+        return x.to(next(self.predictor.parameters()).dtype)
 
     def embed(self, net: nn.Module, s: Tensor) -> Tensor:
         """``[N, E]``: the embedding of ``[N, D]`` states by ``net`` (each member's rows by
@@ -195,9 +225,10 @@ class RND(nn.Module):
             self.state_stats.update(by_member(self._flatten(obs, self.spec), self.members, 1))
 
     @torch.no_grad()
-    def intrinsic_rewards(self, next_obs: Any, dones: Tensor, env_steps: int) -> Tensor:
+    def intrinsic_rewards(self, next_obs: Any, dones: Tensor) -> Tensor:
         """``[B, T, 1]`` intrinsic rewards of a rollout from ``next_obs`` (``[B, T, ...]``,
-        the observation each step led to) and its episode ends (``[B, T, 1]`` bool)."""
+        the observation each step led to) and its episode ends (``[B, T, 1]`` bool), at
+        :attr:`weight`."""
         B, T = dones.shape[:2]
         flat = next_obs.reshape(B * T, *next_obs.shape[2:]) if isinstance(next_obs, Tensor) else next_obs.reshape(B * T)
         s = self.state(flat)
@@ -205,7 +236,7 @@ class RND(nn.Module):
         if self.reward_scaler is not None:
             self.reward_scaler.update(error, dones)
             error = self.reward_scaler.scale_rewards(error)
-        return self.schedule.value(env_steps) * error
+        return self.weight * error
 
     def loss(self, obs: Any) -> Tensor:
         """The predictor's mean squared embedding error on a minibatch of raw observations
@@ -216,23 +247,21 @@ class RND(nn.Module):
         error = (self.embed(self.predictor, s) - target).square()
         return seed_means(self.members)(error)
 
-    # Eager inside PPO's compiled update (a graph break there): traced, its guards leaked
-    # into other compiled programs of the process under torch 2.13 (a T loop compiled later
-    # failed on "no attribute 'rnd'"; tests/algorithms/test_one_update.py runs both).
-    @torch.compiler.disable
-    def train_step(self, obs: Any) -> Tensor:
-        """One Adam step of the predictor on ``obs``; returns its loss (detached). Tensor
-        arithmetic only (:func:`~rlx.members.optim.adam_step_` on the optimizer's state),
-        so PPO's compiled update traces it."""
+    def train_step(self, obs: Any, update: Tensor | None = None) -> Tensor:
+        """One Adam step of the predictor on ``obs``; returns its loss (detached; ``[S]``
+        with S members). ``update``: 1 or 0, 0-d or ``[S]``, where the step is taken (the
+        step count, moments and weights of a member held elsewhere stay as they were);
+        ``None``: everywhere. Tensor arithmetic only (:func:`~rlx.members.optim.adam_step_`
+        on the optimizer's state), so PPO's compiled update traces it and a CUDA graph
+        captures it."""
         loss = self.loss(obs)
         params = list(self.predictor.parameters())
-        for p in params:
-            p.grad = None
-        loss.sum().backward()
-        rdist.all_reduce_grads_(params)  # under torchrun: one predictor on every rank
-        adam_step_(self.optimizer, params, [p.grad for p in params])
-        for p in params:
-            p.grad = None
+        # The gradients as values (no .grad written: a traced backward() would also mark
+        # every other leaf of the program, the policy's parameters among them).
+        grads = list(torch.autograd.grad(loss.sum(), params))
+        rdist.all_reduce_mean_(grads)  # under torchrun: one predictor on every rank
+        held = {} if update is None else {"update": update > 0, "factor": update}  # neither state nor weights move
+        adam_step_(self.optimizer, params, grads, **held)
         return loss.detach()
 
     def extra_state(self) -> dict[str, Any]:
@@ -243,4 +272,69 @@ class RND(nn.Module):
         self.optimizer.load_state_dict(state["optimizer"])
         for p, s in self.optimizer.state.items():  # step counts on the device, as adam_step_ keeps them
             if isinstance(s.get("step"), Tensor):
-                s["step"] = s["step"].to(device=p.device, dtype=torch.float32)
+                step = s["step"].to(device=p.device, dtype=torch.float32)
+                if self.members > 1 and step.ndim == 0:  # saved before members counted their steps apart
+                    step = step.expand(self.members).clone()
+                s["step"] = step
+
+
+class IntrinsicRewards:
+    """RND's part of :class:`~rlx.algorithms.ppo.PPO` (its methods, on its state): the
+    intrinsic rewards GAE adds, the predictor's step in each minibatch update, their
+    statistics, checkpoints. Inert without ``config.rnd``."""
+
+    def _init_rnd(self, config: Any) -> None:
+        #: Random network distillation (``config.rnd``), else ``None``.
+        self.rnd: RND | None = None
+        if getattr(config, "rnd", None) is not None:  # PPO's (A2C has none)
+            self.rnd = RND(RNDConfig.from_dict(config.rnd), self.env.observation_spec, self.num_envs, config.gamma,
+                           self.device, members=self.num_seeds, where=f"{type(config).__name__}.rnd")
+            if self.world_size > 1:
+                rdist.broadcast_module_(self.rnd)  # one target and one predictor on every rank
+        # RND's statistics, accumulated on the device: the predictor's loss and steps (each
+        # member's), the mean intrinsic reward of the rollout.
+        self._rnd_loss = torch.zeros(self.members.lead, device=self.device)
+        self._rnd_steps = torch.zeros(self.members.lead, device=self.device)
+        self._intrinsic = torch.zeros(self.members.lead, device=self.device)
+
+    def collect(self, **kwargs: Any) -> dict[str, float]:
+        out = super().collect(**kwargs)
+        self._set_rnd_weight()
+        return out
+
+    def _set_rnd_weight(self) -> None:
+        """The weight of the rollout's intrinsic rewards, at the env steps so far."""
+        if self.rnd is not None:
+            self.rnd.set_weight(self.env_steps, self.horizon)
+
+    def _rnd_step(self, mb: Mapping[str, Any], running: Tensor | None) -> None:
+        """The RND predictor's own step on this minibatch, held where the policy's optimizer
+        state is (a KL early stop's later epochs, a frozen or finished member), so that
+        ending the epoch loop at the stop and running it held take the same steps."""
+        held = running if self.members.size == 1 else self.members.active() * (1.0 if running is None else running)
+        loss = self.rnd.train_step(mb[OBS], held)
+        self._rnd_loss.add_(loss if held is None else loss * held)
+        self._rnd_steps.add_(1.0 if held is None else held)
+
+    def _with_intrinsic_rewards(self, rewards: Tensor) -> Tensor:
+        if self.rnd is None:
+            return rewards
+        buf, T = self.buffer, self.horizon
+        next_obs = buf.get(OBS)[:, 1 : T + 1]  # the observation each step led to
+        self.rnd.update_state_stats(flatten_time(next_obs))
+        dones = buf.get(TERMINATED)[:, :T] | buf.get(TRUNCATED)[:, :T]
+        intrinsic = self.rnd.intrinsic_rewards(next_obs, dones)
+        self._intrinsic.copy_(self.members.mean_each(intrinsic.reshape(intrinsic.shape[0], -1)).reshape(self.members.lead))
+        return torch.add(rewards, intrinsic.to(rewards.dtype), out=self._scaled_rewards)
+
+    def state_dict(self) -> dict[str, Any]:
+        state = super().state_dict()
+        if self.rnd is not None:
+            state["rnd"] = copy.deepcopy(self.rnd.extra_state())
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        if self.rnd is not None:
+            self.rnd.load_extra_state(state["rnd"])
+            self._set_rnd_weight()

@@ -98,8 +98,8 @@ class AlgorithmConfig(MinibatchConfig):
     kl_adaptive_lr_per_minibatch: bool = False
     #: Random network distillation (rsl_rl's ``rnd_cfg``): an intrinsic reward for novel
     #: states, ``{weight: 0.5, obs_keys: [policy], ...}`` (the fields of
-    #: :class:`rlx.algorithms.rnd.RNDConfig`); ``None``: off. Each member its own; not with
-    #: ``cudagraphs`` or a recurrent policy (its predictor steps inside the update).
+    #: :class:`rlx.algorithms.rnd.RNDConfig`); ``None``: off. Each member its own; not with a
+    #: recurrent policy. Its predictor steps inside the update, compiled and captured with it.
     rnd: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -108,8 +108,6 @@ class AlgorithmConfig(MinibatchConfig):
             from rlx.algorithms.rnd import RNDConfig
 
             RNDConfig.from_dict(self.rnd, where=f"{type(self).__name__}.rnd")
-            if self.cudagraphs is True:
-                fail(self, "rnd", "is not supported with cudagraphs yet (the predictor's step is not captured)")
         for field in ("accumulate_grads", "kl_adaptive_lr", "kl_adaptive_lr_per_minibatch"):
             check_bool(self, field)
         if self.kl_adaptive_lr_per_minibatch and not self.kl_adaptive_lr:
@@ -132,11 +130,6 @@ class AlgorithmConfig(MinibatchConfig):
                 or bounds[0] > bounds[1]
             ):
                 fail(self, "kl_adaptive_lr_bounds", f"must be (min_lr, max_lr) with 0 < min <= max, got {bounds!r}")
-
-    def cudagraphs_blocker(self) -> str | None:
-        if self.rnd is not None:
-            return "is not supported with rnd yet (the predictor's step is not captured)"
-        return super().cudagraphs_blocker()
 
 
 _A2C_HAS_NO = "a PPO field; A2C takes the plain policy gradient (no ratio, no clipping, no KL control)"

@@ -31,6 +31,7 @@ from torch import Tensor
 __all__ = [
     "all_reduce_",
     "all_reduce_grads_",
+    "all_reduce_mean_",
     "broadcast_module_",
     "check_same_on_all_ranks",
     "init_from_env",
@@ -104,17 +105,20 @@ def all_reduce_(tensor: Tensor, op: str = "mean") -> Tensor:
 
 def all_reduce_grads_(params: Iterable[torch.nn.Parameter]) -> None:
     """Average the gradients of ``params`` across ranks in ONE flat all-reduce."""
-    if not is_distributed():
+    if is_distributed():
+        all_reduce_mean_([p.grad for p in params if p.grad is not None])
+
+
+def all_reduce_mean_(tensors: list[Tensor]) -> None:
+    """Average ``tensors`` across ranks, in place, in ONE flat all-reduce."""
+    if not is_distributed() or not tensors:
         return
-    grads = [p.grad for p in params if p.grad is not None]
-    if not grads:
-        return
-    flat = torch.cat([g.reshape(-1) for g in grads])
+    flat = torch.cat([t.reshape(-1) for t in tensors])
     all_reduce_(flat, "mean")
     offset = 0
-    for g in grads:
-        g.copy_(flat[offset : offset + g.numel()].view_as(g))
-        offset += g.numel()
+    for t in tensors:
+        t.copy_(flat[offset : offset + t.numel()].view_as(t))
+        offset += t.numel()
 
 
 def broadcast_(tensor: Tensor, src: int = 0) -> Tensor:

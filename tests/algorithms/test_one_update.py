@@ -105,7 +105,11 @@ def _float64(*algos) -> None:
     a compiled update) cast alike, in place: the update holds those very tensors."""
     for algo in algos:
         algo.policy.double()
-        for state in algo.optimizer.state.values():
+        optimizers = [algo.optimizer]
+        if getattr(algo, "rnd", None) is not None:
+            algo.rnd.double()
+            optimizers.append(algo.rnd.optimizer)
+        for state in (s for optimizer in optimizers for s in optimizer.state.values()):
             for key, value in state.items():
                 if key != "step" and value.is_floating_point():
                     value.data = value.data.double()
@@ -142,6 +146,10 @@ def _close(eager, other, tol: float = 1e-3) -> None:
         assert torch.equal(sa["step"], sb["step"])
         for key in ("exp_avg", "exp_avg_sq"):
             torch.testing.assert_close(sb[key], sa[key], rtol=tol, atol=tol * float(sa[key].abs().max()))
+    if getattr(eager, "rnd", None) is not None:  # the predictor's own Adam, at its own LR
+        rnd_lr = eager.rnd.optimizer.param_groups[0]["lr"]
+        for (name, a), b in zip(eager.rnd.predictor.named_parameters(), other.rnd.predictor.parameters()):
+            torch.testing.assert_close(b, a, rtol=1e-9, atol=tol * rnd_lr, msg=lambda m, name=name: f"rnd {name}: {m}")
 
 
 def _close_bf16(eager, other, before: list[torch.Tensor]) -> None:

@@ -84,8 +84,6 @@ def test_bad_rnd_settings_are_refused_by_name() -> None:
         RecurrentAlgorithmConfig(**BASE, rnd=RND)
     with pytest.raises(ConfigError, match="obs_keys: names keys of a Composite observation"):
         AlgorithmConfig(**BASE, rnd={**RND, "obs_keys": ["policy"]}).build(CartPole)
-    with pytest.raises(ConfigError, match="rnd: is not supported with cudagraphs"):
-        AlgorithmConfig(**{**BASE, "device": "cpu"}, rnd=RND, cudagraphs=True)
 
 
 def test_each_member_has_its_own_predictor_and_target() -> None:
@@ -113,3 +111,53 @@ def test_each_member_has_its_own_predictor_and_target() -> None:
                     h_t, h_p = layer_t(h_t), layer_p(h_p)
             torch.testing.assert_close(both[i * n : (i + 1) * n], torch.linalg.vector_norm(h_t - h_p, dim=-1),
                                        rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("extra", [{}, {"num_seeds": 2, "member_hparams": {"target_kl_div": [1e-4, 1.0]}}],
+                         ids=["one", "members"])
+def test_the_predictor_steps_only_where_the_policy_does_after_a_kl_early_stop(extra: dict) -> None:
+    """The quantity held: the predictor's step count. A CPU ends the epoch loop at a KL
+    early stop; a GPU (``sync_kl_stop`` off) runs the later epochs with every step held.
+    Either way the predictor takes the policy's steps (each member its own), and the two
+    loops end bit for bit alike."""
+    config = dict(BASE, rnd={**RND, "normalize_state": True}, target_kl_div=1e-4, num_sgd_iters=6, **extra)
+    ends, held = AlgorithmConfig(**config).build(CartPole), AlgorithmConfig(**config).build(CartPole)
+    held.sync_kl_stop = False
+    for i in range(2):
+        for algo in (ends, held):
+            torch.manual_seed(i)  # the same rollout and epoch orders for both
+            algo.collect()
+            stats = algo.step()
+    for algo in (ends, held):
+        policy_steps = next(iter(algo.optimizer.state.values()))["step"]
+        rnd_steps = next(iter(algo.rnd.optimizer.state.values()))["step"]
+        assert torch.equal(rnd_steps, policy_steps)
+        most = 2 * config["num_sgd_iters"] * (config["num_envs"] * config["horizon"] // config["sgd_minibatch_size"])
+        assert policy_steps.min() < most  # the stop triggered (for members: the first one's)
+    assert stats["losses/rnd"] > 0
+    for a, b in zip([*ends.policy.parameters(), *ends.rnd.predictor.parameters()],
+                    [*held.policy.parameters(), *held.rnd.predictor.parameters()]):
+        assert torch.equal(a, b)
+
+
+def test_compile_runs_rnd_inside_the_programs_and_leaves_later_programs_alone() -> None:
+    """With ``compile``, the intrinsic rewards are part of the step's first program and
+    the predictor's step part of the update's (one graph each, no break); and a program
+    compiled after them in the same process is not handed RND's leftovers (torch 2.13's
+    traced ``backward()`` marked every leaf of the program: a T loop compiled next failed
+    on ``'CompiledTLoop' object has no attribute 'rnd'``)."""
+    from torch._dynamo.utils import counters
+
+    counters.clear()
+    algo = AlgorithmConfig(**BASE, rnd={**RND, "normalize_state": True, "normalize_reward": True},
+                           compile=True).build(CartPole)
+    assert algo.compiled_update is not None and len(algo.phase_programs) == 3
+    for _ in range(2):
+        algo.collect()
+        stats = algo.step()
+    assert not counters["graph_break"], dict(counters["graph_break"])
+    assert all(program.fallback is None for program in algo.phase_programs)
+    assert stats["losses/rnd"] > 0 and stats["rnd/weight"] == RND["weight"]
+    plain = AlgorithmConfig(**BASE, compile=True).build(CartPole)
+    plain.collect()
+    plain.step()
