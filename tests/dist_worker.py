@@ -2,7 +2,7 @@
 
     python tests/dist_worker.py MODE TOTAL_ENVS OUT
         (MODE: ppo, npg, recurrent_ppo, rsl_rl_groups, ppo_symmetry, ppo_kl_stop, ppo_seeds, npg_seeds, ppo_sweep,
-        ppo_rnd, seeds_done, pbt, make_teacher, distill, mismatch, mismatch_env_kwargs, die, running_stats;
+        ppo_rnd, ppo_compiled, seeds_done, pbt, make_teacher, distill, mismatch, mismatch_env_kwargs, die, running_stats;
         or several, comma-separated, run one after the other, each writing OUT.MODE)
 """
 
@@ -157,6 +157,32 @@ NPG_FLOAT64 = {"cg_iters": 40, "cg_residual_tol": 0.0}
 FLOAT64_MODES = ("npg", "npg_seeds")
 
 
+def ppo_compiled(common: dict, out: str, rank: int) -> None:
+    """PPO with ``compile`` (the whole update, the phases and the T loop as programs, the
+    all-reduces inside them) against the same PPO eager, on these ranks, in float64 with
+    the KL early stop and RND: each rank saves both runs' parameters and statistics, and
+    the compiled run's fallbacks."""
+    config = dict(common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2},
+                  target_kl_div=2e-3, rnd={"weight": 0.5, "predictor_hiddens": [16], "target_hiddens": [16],
+                                           "embedding_dim": 4, "normalize_state": True})
+    runs = {}
+    for compile_ in (False, True):
+        algo = AlgorithmConfig(**config, compile=compile_).build(IndexedWalker)
+        for module, optimizer in ((algo.policy, algo.optimizer), (algo.rnd, algo.rnd.optimizer)):
+            module.double()
+            for state in optimizer.state.values():  # made at build: the program holds these tensors
+                for key, value in state.items():
+                    if key != "step":
+                        value.data = value.data.double()
+        for _ in range(2):
+            stats = algo.collect(deterministic=True)
+            stats.update(algo.step())
+        runs[compile_] = {"params": [p.detach() for p in [*algo.policy.parameters(), *algo.rnd.predictor.parameters()]],
+                          "stats": stats, "fallback": algo.compile_fallback, "phases": len(algo.phase_programs),
+                          "lr": algo.config.optimizer_kwargs["lr"]}
+    torch.save(runs, f"{out}.rank{rank}")
+
+
 def main() -> None:
     mode, total, out = sys.argv[1], int(sys.argv[2]), sys.argv[3]
     rdist.init_from_env(device_type="cpu")
@@ -190,6 +216,9 @@ def run(mode: str, total: int, out: str) -> None:
         return
     if mode == "pbt":
         pbt(common, out, rank)
+        return
+    if mode == "ppo_compiled":
+        ppo_compiled(common, out, rank)
         return
     if mode == "make_teacher":  # one process: a PPO teacher's run directory for "distill"
         from rlx.run.trainer import Trainer, TrainerConfig

@@ -126,10 +126,9 @@ class PPO(Epochs, IntrinsicRewards, Algorithm):
         #: with ``cudagraphs_scope="step"``.
         self.run_update_phase = self._wrapped_phase()
         # The phases around the epochs: GAE and the batch, each epoch's gather, the
-        # statistics after the epochs (a program each with compile, on a single process's
-        # tensor observations).
-        phases = (self.compiles and self.world_size == 1 and not self.policy.recurrent
-                  and not isinstance(self.env.observation_spec, Composite))
+        # statistics after the epochs (a program each with compile, on tensor
+        # observations; under torch.distributed their all-reduces inside them).
+        phases = self.compiles and not self.policy.recurrent and not isinstance(self.env.observation_spec, Composite)
         self.prepare, self.gather, self.finish_statistics = self.prepared_batch, self.gathered, self.step_statistics
         #: The phases' compiled programs (prepare, gather, finish_statistics), with ``compile``.
         self.phase_programs: tuple[WarmProgram, ...] = ()
@@ -147,8 +146,6 @@ class PPO(Epochs, IntrinsicRewards, Algorithm):
     def _compile_fallback(self) -> str | None:
         """Why ``compile`` compiles the forward pass and losses rather than the whole
         minibatch update (``None``: the whole update compiles)."""
-        if self.world_size > 1:
-            return "torch.distributed (the gradient all-reduce)"
         if self.policy.recurrent:
             return "a recurrent policy"
         if not steps_functionally(self.optimizer, self.grad_scaler):
