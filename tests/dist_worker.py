@@ -2,7 +2,7 @@
 
     python tests/dist_worker.py MODE TOTAL_ENVS OUT
         (MODE: ppo, npg, recurrent_ppo, rsl_rl_groups, ppo_symmetry, ppo_kl_stop, ppo_seeds, npg_seeds, ppo_sweep,
-        ppo_rnd, ppo_compiled, seeds_done, pbt, make_teacher, distill, mismatch, mismatch_env_kwargs, die, running_stats;
+        ppo_rnd, ppo_compiled, npg_compiled, seeds_done, pbt, make_teacher, distill, mismatch, mismatch_env_kwargs, die, running_stats;
         or several, comma-separated, run one after the other, each writing OUT.MODE)
 """
 
@@ -157,18 +157,29 @@ NPG_FLOAT64 = {"cg_iters": 40, "cg_residual_tol": 0.0}
 FLOAT64_MODES = ("npg", "npg_seeds")
 
 
-def ppo_compiled(common: dict, out: str, rank: int) -> None:
-    """PPO with ``compile`` (the whole update, the phases and the T loop as programs, the
-    all-reduces inside them) against the same PPO eager, on these ranks, in float64 with
-    the KL early stop and RND: each rank saves both runs' parameters and statistics, and
-    the compiled run's fallbacks."""
-    config = dict(common, num_sgd_iters=3, shuffle_minibatches=False, optimizer_config={"lr": 1e-2},
-                  target_kl_div=2e-3, rnd={"weight": 0.5, "predictor_hiddens": [16], "target_hiddens": [16],
-                                           "embedding_dim": 4, "normalize_state": True})
+def compiled(mode: str, common: dict, out: str, rank: int) -> None:
+    """``compile`` (the programs, the all-reduces inside them) against the same algorithm
+    eager, on these ranks, in float64: PPO (``ppo_compiled``: the whole update, the phases
+    and the T loop, with the KL early stop and RND) or NPG (``npg_compiled``: the natural
+    step with its gradient, Fisher-vector products and line search reduced over the
+    ranks, and the critic's minibatches). Each rank saves both runs' parameters and
+    statistics, and the compiled run's fallbacks."""
+    if mode == "npg_compiled":
+        # CG converged in its 10 iterations (damping 30 above the Fisher's largest eigenvalue,
+        # tests/algorithms/test_npg.py): the two programs then differ by rounding, not by CG's
+        # amplification of it.
+        cls, config = NPGConfig, dict(common, fvp_subsample=1.0, line_search=True, optim_critic_iters=2, damping=30.0,
+                                      cg_iters=10, cg_residual_tol=0.0)
+    else:
+        cls, config = AlgorithmConfig, dict(common, num_sgd_iters=3, shuffle_minibatches=False,
+                                            optimizer_config={"lr": 1e-2}, target_kl_div=2e-3,
+                                            rnd={"weight": 0.5, "predictor_hiddens": [16], "target_hiddens": [16],
+                                                 "embedding_dim": 4, "normalize_state": True})
     runs = {}
     for compile_ in (False, True):
-        algo = AlgorithmConfig(**config, compile=compile_).build(IndexedWalker)
-        for module, optimizer in ((algo.policy, algo.optimizer), (algo.rnd, algo.rnd.optimizer)):
+        algo = cls(**config, compile=compile_).build(IndexedWalker)
+        rnd = getattr(algo, "rnd", None)
+        for module, optimizer in ((algo.policy, algo.optimizer), *(((rnd, rnd.optimizer),) if rnd else ())):
             module.double()
             for state in optimizer.state.values():  # made at build: the program holds these tensors
                 for key, value in state.items():
@@ -177,9 +188,10 @@ def ppo_compiled(common: dict, out: str, rank: int) -> None:
         for _ in range(2):
             stats = algo.collect(deterministic=True)
             stats.update(algo.step())
-        runs[compile_] = {"params": [p.detach() for p in [*algo.policy.parameters(), *algo.rnd.predictor.parameters()]],
-                          "stats": stats, "fallback": algo.compile_fallback, "phases": len(algo.phase_programs),
-                          "lr": algo.config.optimizer_kwargs["lr"]}
+        runs[compile_] = {"params": [p.detach() for p in [*algo.policy.parameters(), *(rnd.predictor.parameters() if rnd else ())]],
+                          "stats": stats, "lr": algo.config.optimizer_kwargs["lr"],
+                          "fallback": getattr(algo, "compile_fallback", None) or getattr(algo, "critic_fallback", None),
+                          "programs": len(getattr(algo, "phase_programs", getattr(algo, "warm_programs", ())))}
     torch.save(runs, f"{out}.rank{rank}")
 
 
@@ -217,8 +229,8 @@ def run(mode: str, total: int, out: str) -> None:
     if mode == "pbt":
         pbt(common, out, rank)
         return
-    if mode == "ppo_compiled":
-        ppo_compiled(common, out, rank)
+    if mode in ("ppo_compiled", "npg_compiled"):
+        compiled(mode, common, out, rank)
         return
     if mode == "make_teacher":  # one process: a PPO teacher's run directory for "distill"
         from rlx.run.trainer import Trainer, TrainerConfig

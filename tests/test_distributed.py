@@ -113,28 +113,34 @@ def test_the_kl_early_stop_decides_alike_on_every_rank_and_as_one_rank_would(tmp
 
 
 @pytest.mark.slow
-def test_compile_compiles_the_whole_update_on_two_ranks_as_eager_runs_it(tmp_path) -> None:
-    """Under torch.distributed ``compile`` compiles the whole minibatch update (the
-    gradient all-reduce, the KL the ranks judge alike and RND's step inside the program)
-    and the phases around it (the advantages normalized over every rank's samples, the
-    KL pass): in float64 each rank's compiled run takes the eager run's steps, to the
+def test_compiled_programs_on_two_ranks_take_the_eager_steps(tmp_path) -> None:
+    """Under torch.distributed ``compile`` compiles what it compiles on one process, the
+    all-reduces inside the programs: PPO's whole minibatch update (the gradient, the KL
+    the ranks judge alike, RND's step) and the phases around it (the advantages
+    normalized over every rank's samples, the KL pass); NPG's natural step (its gradient,
+    Fisher-vector products and line search reduced over the ranks) and critic
+    minibatches. In float64 each rank's compiled run takes the eager run's steps to the
     bound of tests/algorithms/test_one_update.py (1e-3 * lr: Adam's eps amplifying
-    reassociation), and the ranks stay bit-identical."""
-    result = _torchrun(WORKER, "ppo_compiled", "8", str(tmp_path / "dist.pt"), timeout=400)
+    reassociation; NPG's CG converges, tests/algorithms/test_npg.py), and the ranks stay
+    bit-identical."""
+    result = _torchrun(WORKER, "ppo_compiled,npg_compiled", "8", str(tmp_path / "dist.pt"), timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
-    ranks = [torch.load(tmp_path / f"dist.pt.rank{r}") for r in (0, 1)]
-    for runs in ranks:
-        eager, compiled = runs[False], runs[True]
-        assert compiled["fallback"] is None and compiled["phases"] == 3  # the whole update and the phases compile
-        assert 0 < compiled["stats"]["monitors/optimizer_steps"] < 6  # the KL stop cut the update: it can fail
-        for key in ("monitors/optimizer_steps", "monitors/sgd_epochs"):
-            assert compiled["stats"][key] == eager["stats"][key], key
-        for key in ("losses/total", "monitors/kl_div", "losses/rnd", "episodes/return_mean"):
-            assert compiled["stats"][key] == pytest.approx(eager["stats"][key], rel=1e-4, abs=1e-6), key
-        for x, y in zip(eager["params"], compiled["params"]):
-            torch.testing.assert_close(y, x, rtol=1e-9, atol=1e-3 * eager["lr"])
-    for x, y in zip(ranks[0][True]["params"], ranks[1][True]["params"]):
-        assert torch.equal(x, y)  # the ranks never diverge
+    for mode, programs in (("ppo_compiled", 3), ("npg_compiled", 2)):
+        ranks = [torch.load(tmp_path / f"dist.pt.{mode}.rank{r}") for r in (0, 1)]
+        for runs in ranks:
+            eager, compiled = runs[False], runs[True]
+            assert compiled["fallback"] is None and compiled["programs"] == programs, mode  # nothing falls back
+            if mode == "ppo_compiled":
+                assert 0 < compiled["stats"]["monitors/optimizer_steps"] < 6  # the KL stop cut the update: it can fail
+                for key in ("monitors/optimizer_steps", "monitors/sgd_epochs"):
+                    assert compiled["stats"][key] == eager["stats"][key], key
+            for key in ("losses/total", "monitors/kl_div", "losses/rnd", "episodes/return_mean"):
+                if key in eager["stats"]:
+                    assert compiled["stats"][key] == pytest.approx(eager["stats"][key], rel=1e-4, abs=1e-6), (mode, key)
+            for x, y in zip(eager["params"], compiled["params"]):
+                torch.testing.assert_close(y, x, rtol=1e-9, atol=1e-3 * eager["lr"], msg=lambda m: f"{mode}: {m}")
+        for x, y in zip(ranks[0][True]["params"], ranks[1][True]["params"]):
+            assert torch.equal(x, y), mode  # the ranks never diverge
 
 
 @pytest.mark.slow

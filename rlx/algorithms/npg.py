@@ -41,7 +41,6 @@ from rlx.algorithms.base import Algorithm
 from rlx.algorithms.minibatches import cat_passes, micro_batch_rows, pass_rows, passes
 from rlx.core.compiling import WarmProgram, recheck_values
 from rlx.core.cuda_graphs import GraphedCall
-from rlx.core.config_fields import ConfigError
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
 from rlx.core.distributions import Distribution
 from rlx.env import OBS
@@ -129,10 +128,6 @@ class NPG(Algorithm):
         self._actor_sizes = [p.shape[lead:].numel() for p in self.actor_params]
         #: Rows per pass (``micro_batch_size``; ``sys.maxsize``: whole passes).
         self._micro = micro_batch_rows(config.micro_batch_size, self.policy.model, self.device)
-        if self.compiles and self.world_size > 1:
-            raise ConfigError("NPGConfig.compile is not supported under torch.distributed yet (the natural step's "
-                              "all-reduces would run inside the compiled program); got world_size "
-                              f"{self.world_size}, expected 1")
         model = self.policy.model
         self._value_fn = getattr(model, "value", None) or (lambda o: model(o)[1])
         self._loss_scaled = self.grad_scaler.is_enabled()  # float16 AMP (a compiled program cannot ask)
