@@ -5,8 +5,8 @@
 ``"auto"`` picks the fastest mode that is correct for the config, the device and the env:
 
 * **cudagraphs**: on wherever it can run (CUDA; PPO, A2C and NPG; Adam or AdamW; equal
-  minibatches; no float16 AMP (NPG: no AMP), gradient accumulation, RND or recurrent
-  policy; one process), off elsewhere, the reason named. Graphed, CartPole PPO ran 8.5M
+  minibatches; no float16 AMP (NPG: no AMP), gradient accumulation or recurrent policy;
+  one process), off elsewhere, the reason named. Graphed, CartPole PPO ran 8.5M
   env steps/s at B = 4096 on an H100 against 1.4M eagerly (2026-11-27, ``docs/gpu.md``).
 * **compile**: on where its compile time pays within the run, which only a caller that
   knows the run's length can say (:func:`run_length`: ``rlx train`` passes its
