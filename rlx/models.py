@@ -130,6 +130,10 @@ def _mlp(sizes: Sequence[int], activation: type[nn.Module], out_gain: float, *, 
     return nn.Sequential(*layers)
 
 
+def _widened(features: Tensor, wide: bool) -> Tensor:
+    return features.double() if wide else features
+
+
 def as_model_dtype(net: nn.Sequential, features: Tensor) -> Tensor:
     """``features`` for ``net`` (whose first layer has a ``weight``): flatten_obs gives
     float32, and a float64 model (a reference run, as the tests' float64 equivalence
@@ -354,9 +358,11 @@ class RecurrentActorCritic(nn.Module):
         """Run ``L`` steps: see the module docstring for the shapes."""
         B, L = resets.shape
         flat = obs.reshape(B * L, *obs.shape[2:])  # [B*L, *obs]
-        features = self.encoder(flatten_obs(flat, self.actor_spec)).view(B, L, -1)  # [B, L, F]
+        # flatten_obs gives float32; a float64 model (the tests' reference runs) computes in float64.
+        wide = self.cells[0].weight_ih.dtype == torch.float64
+        features = self.encoder(_widened(flatten_obs(flat, self.actor_spec), wide)).view(B, L, -1)  # [B, L, F]
         if self.separate_critic:
-            critic_features = self.critic_encoder(flatten_obs(flat, self.critic_spec)).view(B, L, -1)
+            critic_features = self.critic_encoder(_widened(flatten_obs(flat, self.critic_spec), wide)).view(B, L, -1)
         # False where a new episode starts; any integer or bool resets. A where, not a
         # product, so a step that resets ignores its state even if it holds inf or NaN.
         keep = (resets == 0).view(B, L, 1, 1, 1)

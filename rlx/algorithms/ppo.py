@@ -128,7 +128,7 @@ class PPO(Epochs, IntrinsicRewards, Algorithm):
         # The phases around the epochs: GAE and the batch, each epoch's gather, the
         # statistics after the epochs (a program each with compile, on tensor
         # observations; under torch.distributed their all-reduces inside them).
-        phases = self.compiles and not self.policy.recurrent and not isinstance(self.env.observation_spec, Composite)
+        phases = self.compiles and not isinstance(self.env.observation_spec, Composite)
         self.prepare, self.gather, self.finish_statistics = self.prepared_batch, self.gathered, self.step_statistics
         #: The phases' compiled programs (prepare, gather, finish_statistics), with ``compile``.
         self.phase_programs: tuple[WarmProgram, ...] = ()
@@ -146,8 +146,6 @@ class PPO(Epochs, IntrinsicRewards, Algorithm):
     def _compile_fallback(self) -> str | None:
         """Why ``compile`` compiles the forward pass and losses rather than the whole
         minibatch update (``None``: the whole update compiles)."""
-        if self.policy.recurrent:
-            return "a recurrent policy"
         if not steps_functionally(self.optimizer, self.grad_scaler):
             return (f"optimizer_cls {type(self.optimizer).__name__} with these options (the program steps Adam and AdamW "
                     "with one param group, without maximize, differentiable or a float16 loss scale)")

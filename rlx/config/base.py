@@ -429,8 +429,6 @@ def check_sequences(config: Any) -> None:
         )
     if config.cudagraphs is True:
         fail(config, "cudagraphs", "is not supported for recurrent policies")
-    if config.compile is True:
-        fail(config, "compile", "is not supported for recurrent policies")
     if config.symmetry_augment:
         fail(config, "symmetry_augment", "is not supported for recurrent policies yet")
     if config.mirror_loss_coeff is not None:
