@@ -584,3 +584,12 @@ def test_the_shipped_cartpole_config_solves_with_tf32_matmuls_as_with_float32(tr
         assert best >= SOLVED_LENGTH, (precision, seed, best, algo.env_steps)
         steps.append(algo.env_steps)
     print(f"matmul_precision={precision}: solved after {steps} env steps")
+
+
+def test_a_recurrent_policys_compiled_update_equals_the_uncompiled_one_on_cuda() -> None:
+    """The CPU test's comparison (tests/algorithms/test_one_update.py) on CUDA: the update
+    compiled with Triton takes the eager update's steps in float64. Until it has passed on
+    a GPU, ``compile="auto"`` leaves recurrent policies eager on CUDA (rlx.algorithms.modes)."""
+    from tests.algorithms.test_one_update import recurrent_compiled_equals_eager
+
+    recurrent_compiled_equals_eager("cuda")

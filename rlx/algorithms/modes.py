@@ -21,7 +21,8 @@
   before either (CartPole PPO after ~33k env steps, 1.3-1.8 s eagerly). A config may rule
   compiling out where its compile time would not be minutes
   (``compile_auto_blocker``: NPG on a CPU past 8 passes of rows, whose natural step's
-  program unrolls them).
+  program unrolls them); and on CUDA a recurrent policy's or a torch.distributed run's
+  programs, compiled and tested on a CPU only so far, compile only with ``compile=True``.
 * **matmul_precision**: TF32 on CUDA, torch's setting elsewhere
   (:data:`rlx.core.precision.AUTO_MATMUL_PRECISION`).
 """
@@ -102,6 +103,10 @@ def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent:
         notes["compile"] = (f"{'on' if compiles else 'off'} (auto: {length}; compiling pays past {pays:.3g} on "
                             f"{device.type})")
         blocker = getattr(config, "compile_auto_blocker", lambda device: None)(device)
+        if blocker is None and device.type == "cuda" and (recurrent or world_size > 1):
+            # Compiled on a CPU and tested there; on CUDA not run yet: compile=True opts in.
+            blocker = (f"a {'recurrent policy' if recurrent else 'torch.distributed run'} compiles on CUDA only "
+                       "with compile=True until a GPU run has tested it")
         if compiles and blocker is not None:
             compiles, notes["compile"] = False, f"off (auto: {blocker})"
     else:

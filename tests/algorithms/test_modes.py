@@ -117,6 +117,21 @@ def test_auto_compiles_where_the_run_is_long_enough_to_pay_for_it(device: torch.
     assert algo.compiles and algo.prepare != algo.prepared_batch
 
 
+def test_auto_compiles_recurrent_and_distributed_runs_on_a_cpu_and_on_cuda_only_when_asked() -> None:
+    """A recurrent policy's programs and a torch.distributed run's compile and are tested
+    on a CPU; on CUDA no GPU has run them yet, so ``"auto"`` leaves them off there, saying
+    why, and ``compile=True`` opts in."""
+    config, pays = AlgorithmConfig(**BASE), 10 * COMPILE_PAYS_AFTER["cuda"]
+    with run_length(pays):
+        for world_size, recurrent, what in ((2, False, "torch.distributed run"), (1, True, "recurrent policy")):
+            assert resolve_modes(config, CPU, world_size, recurrent, captures=True).compile
+            modes = resolve_modes(config, CUDA, world_size, recurrent, captures=True)
+            assert not modes.compile and what in modes.notes["compile"], modes.notes
+            assert resolve_modes(AlgorithmConfig(**BASE, compile=True), CUDA, world_size, recurrent,
+                                 captures=True).compile
+        assert resolve_modes(config, CUDA, 1, False, captures=True).compile
+
+
 @pytest.mark.parametrize("num_envs, micro, compiles", [(256, None, True), (512, None, False), (512, 4096, True),
                                                       (4096, 0, True)])
 def test_auto_leaves_npg_eager_on_a_cpu_where_its_natural_step_would_unroll_many_passes(num_envs, micro,

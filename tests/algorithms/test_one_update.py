@@ -409,10 +409,14 @@ def test_a_recurrent_policys_compiled_update_equals_the_uncompiled_one() -> None
     """A recurrent policy's update compiles whole too (sequences with burn-in, the LSTM
     cells unrolled over ``seq_len``, the KL early stop), and so do the phases around it
     (the sequences' batch and gathers, the statistics): from the same rollout, the eager
-    run's steps to the float64 bound of :func:`_close`."""
+    run's steps to the float64 bound of :func:`_close` (on CUDA: tests/test_gpu.py)."""
+    recurrent_compiled_equals_eager("cpu")
+
+
+def recurrent_compiled_equals_eager(device: str) -> None:
     from rlx import RecurrentAlgorithmConfig
 
-    config = dict(num_envs=16, horizon=16, seq_len=8, burn_in=4, device="cpu", seed=0, sgd_minibatch_size=64,
+    config = dict(num_envs=16, horizon=16, seq_len=8, burn_in=4, device=device, seed=0, sgd_minibatch_size=64,
                   num_sgd_iters=3, normalize_obs=True, target_kl_div=0.01,
                   model_config={"hiddens": [32], "hidden_size": 16, "cell": "lstm"})
     eager = RecurrentAlgorithmConfig(**config).build(CartPole)
