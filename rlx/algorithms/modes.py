@@ -21,8 +21,9 @@
   before either (CartPole PPO after ~33k env steps, 1.3-1.8 s eagerly). A config may rule
   compiling out where its compile time would not be minutes
   (``compile_auto_blocker``: NPG on a CPU past 8 passes of rows, whose natural step's
-  program unrolls them); and on CUDA a recurrent policy's or a torch.distributed run's
-  programs, compiled and tested on a CPU only so far, compile only with ``compile=True``.
+  program unrolls them); and on CUDA a recurrent policy's, a torch.distributed run's
+  and RND's programs, compiled and tested on a CPU only so far, compile (and RND's
+  update is captured) only with ``compile=True`` (``cudagraphs=True``).
 * **matmul_precision**: TF32 on CUDA, torch's setting elsewhere
   (:data:`rlx.core.precision.AUTO_MATMUL_PRECISION`).
 """
@@ -89,6 +90,20 @@ def cudagraphs_blocker(config: Any, device: torch.device, world_size: int, recur
     return config.cudagraphs_blocker()
 
 
+def _untested_on_cuda(config: Any, device: torch.device, world_size: int, recurrent: bool) -> str | None:
+    """What of this run compiles and captures, tested on a CPU, but has not run on a GPU
+    yet (``"auto"`` leaves it off on CUDA; ``True`` opts in); ``None``: nothing."""
+    if device.type != "cuda":
+        return None
+    if recurrent:
+        return "a recurrent policy"
+    if world_size > 1:
+        return "a torch.distributed run"
+    if getattr(config, "rnd", None) is not None:
+        return "rnd's predictor step"
+    return None
+
+
 def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent: bool, *, captures: bool) -> Modes:
     """The modes of ``config``'s ``compile`` and ``cudagraphs`` fields (where it has them):
     ``True`` and ``False`` as they are (``cudagraphs=True`` where the device or the run
@@ -103,10 +118,9 @@ def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent:
         notes["compile"] = (f"{'on' if compiles else 'off'} (auto: {length}; compiling pays past {pays:.3g} on "
                             f"{device.type})")
         blocker = getattr(config, "compile_auto_blocker", lambda device: None)(device)
-        if blocker is None and device.type == "cuda" and (recurrent or world_size > 1):
-            # Compiled on a CPU and tested there; on CUDA not run yet: compile=True opts in.
-            blocker = (f"a {'recurrent policy' if recurrent else 'torch.distributed run'} compiles on CUDA only "
-                       "with compile=True until a GPU run has tested it")
+        untested = _untested_on_cuda(config, device, world_size, recurrent)
+        if blocker is None and untested is not None:
+            blocker = f"{untested} compiles on CUDA only with compile=True until a GPU run has tested it"
         if compiles and blocker is not None:
             compiles, notes["compile"] = False, f"off (auto: {blocker})"
     else:
@@ -116,6 +130,9 @@ def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent:
     graphs_field = getattr(config, "cudagraphs", False) if captures else False
     if graphs_field == "auto":
         why = cudagraphs_blocker(config, device, world_size, recurrent)
+        untested = _untested_on_cuda(config, device, world_size, recurrent) if why is None else None
+        if untested is not None:
+            why = f"{untested} is captured only with cudagraphs=True until a GPU run has tested it"
         graphs = why is None
         notes["cudagraphs"] = "on (auto)" if graphs else f"off (auto: {why})"
     else:

@@ -46,7 +46,7 @@ def test_a_mode_is_true_false_or_auto() -> None:
         ({"accumulate_grads": True, "sgd_minibatch_size": 32}, "cannot be combined with accumulate_grads"),
         ({"optimizer_cls": torch.optim.SGD}, "needs optimizer_cls torch.optim.Adam or AdamW"),
         ({"sgd_minibatch_size": 48}, "needs equal minibatches: sgd_minibatch_size=48 must divide"),
-        ({"rnd": {}}, None),  # the predictor's step is captured with the update
+        ({"rnd": {}}, "rnd's predictor step is captured only with cudagraphs=True"),  # until a GPU has run it
     ],
     ids=["graphed", "amp", "accumulate", "sgd", "unequal", "rnd"],
 )
@@ -61,6 +61,9 @@ def test_auto_graphs_on_cuda_wherever_a_capture_is_correct(extra: dict, why: str
         assert AlgorithmConfig(**BASE, **extra, cudagraphs=True).cudagraphs is True  # accepted
     else:
         assert why in modes.notes["cudagraphs"]
+        if "rnd" in extra:  # not run on a GPU yet: True opts in
+            assert resolve_modes(AlgorithmConfig(**BASE, **extra, cudagraphs=True), CUDA, 1, False, captures=True).cudagraphs
+            return
         with pytest.raises(ConfigError, match="cudagraphs"):
             AlgorithmConfig(**BASE, **extra, cudagraphs=True)
 
@@ -117,17 +120,18 @@ def test_auto_compiles_where_the_run_is_long_enough_to_pay_for_it(device: torch.
     assert algo.compiles and algo.prepare != algo.prepared_batch
 
 
-def test_auto_compiles_recurrent_and_distributed_runs_on_a_cpu_and_on_cuda_only_when_asked() -> None:
-    """A recurrent policy's programs and a torch.distributed run's compile and are tested
-    on a CPU; on CUDA no GPU has run them yet, so ``"auto"`` leaves them off there, saying
-    why, and ``compile=True`` opts in."""
+def test_auto_compiles_recurrent_distributed_and_rnd_runs_on_a_cpu_and_on_cuda_only_when_asked() -> None:
+    """A recurrent policy's, a torch.distributed run's and RND's programs compile and are
+    tested on a CPU; on CUDA no GPU has run them yet, so ``"auto"`` leaves them off there,
+    saying why, and ``compile=True`` opts in."""
     config, pays = AlgorithmConfig(**BASE), 10 * COMPILE_PAYS_AFTER["cuda"]
     with run_length(pays):
-        for world_size, recurrent, what in ((2, False, "torch.distributed run"), (1, True, "recurrent policy")):
-            assert resolve_modes(config, CPU, world_size, recurrent, captures=True).compile
-            modes = resolve_modes(config, CUDA, world_size, recurrent, captures=True)
+        for world_size, recurrent, extra, what in ((2, False, {}, "torch.distributed run"),
+                                                   (1, True, {}, "recurrent policy"), (1, False, {"rnd": {}}, "rnd")):
+            assert resolve_modes(AlgorithmConfig(**BASE, **extra), CPU, world_size, recurrent, captures=True).compile
+            modes = resolve_modes(AlgorithmConfig(**BASE, **extra), CUDA, world_size, recurrent, captures=True)
             assert not modes.compile and what in modes.notes["compile"], modes.notes
-            assert resolve_modes(AlgorithmConfig(**BASE, compile=True), CUDA, world_size, recurrent,
+            assert resolve_modes(AlgorithmConfig(**BASE, **extra, compile=True), CUDA, world_size, recurrent,
                                  captures=True).compile
         assert resolve_modes(config, CUDA, 1, False, captures=True).compile
 
