@@ -138,26 +138,3 @@ def test_the_predictor_steps_only_where_the_policy_does_after_a_kl_early_stop(ex
     for a, b in zip([*ends.policy.parameters(), *ends.rnd.predictor.parameters()],
                     [*held.policy.parameters(), *held.rnd.predictor.parameters()]):
         assert torch.equal(a, b)
-
-
-def test_compile_runs_rnd_inside_the_programs_and_leaves_later_programs_alone() -> None:
-    """With ``compile``, the intrinsic rewards are part of the step's first program and
-    the predictor's step part of the update's (one graph each, no break); and a program
-    compiled after them in the same process is not handed RND's leftovers (torch 2.13's
-    traced ``backward()`` marked every leaf of the program: a T loop compiled next failed
-    on ``'CompiledTLoop' object has no attribute 'rnd'``)."""
-    from torch._dynamo.utils import counters
-
-    counters.clear()
-    algo = AlgorithmConfig(**BASE, rnd={**RND, "normalize_state": True, "normalize_reward": True},
-                           compile=True).build(CartPole)
-    assert algo.compiled_update is not None and len(algo.phase_programs) == 3
-    for _ in range(2):
-        algo.collect()
-        stats = algo.step()
-    assert not counters["graph_break"], dict(counters["graph_break"])
-    assert all(program.fallback is None for program in algo.phase_programs)
-    assert stats["losses/rnd"] > 0 and stats["rnd/weight"] == RND["weight"]
-    plain = AlgorithmConfig(**BASE, compile=True).build(CartPole)
-    plain.collect()
-    plain.step()
