@@ -131,14 +131,14 @@ def _mlp(sizes: Sequence[int], activation: type[nn.Module], out_gain: float, *, 
 
 
 def _widened(features: Tensor, wide: bool) -> Tensor:
+    """``features`` (flatten_obs's float32) in float64 where the model is (``wide``): a
+    reference run, as the tests' float64 equivalence checks build."""
     return features.double() if wide else features
 
 
 def as_model_dtype(net: nn.Sequential, features: Tensor) -> Tensor:
-    """``features`` for ``net`` (whose first layer has a ``weight``): flatten_obs gives
-    float32, and a float64 model (a reference run, as the tests' float64 equivalence
-    checks build) computes in float64."""
-    return features.double() if net[0].weight.dtype == torch.float64 else features
+    """``features`` for ``net`` (whose first layer has a ``weight``), :func:`_widened`."""
+    return _widened(features, net[0].weight.dtype == torch.float64)
 
 
 class MLPActorCritic(nn.Module):
