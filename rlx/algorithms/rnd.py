@@ -46,6 +46,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from rlx.algorithms.base import Algorithm
 from rlx.core import distributed as rdist
 from rlx.core.config_fields import ConfigError, settings_from_dict
 from rlx.core.normalization import RewardScaler, RunningMeanStd
@@ -177,10 +178,11 @@ class RND(nn.Module):
         self.predictor = net(config.predictor_hiddens)
         self.target = net(config.target_hiddens)
         self.target.requires_grad_(False)
-        # Each member's own step count (SeedAdam): a member's step is held where its policy's is.
-        self.optimizer = seed_optimizer(torch.optim.Adam, list(self.predictor.parameters()), members,
-                                        {"lr": config.learning_rate}) if members > 1 else torch.optim.Adam(
-                                            self.predictor.parameters(), lr=config.learning_rate)
+        params = list(self.predictor.parameters())
+        if members > 1:  # each member's own step count (SeedAdam): held where its policy's step is
+            self.optimizer = seed_optimizer(torch.optim.Adam, params, members, {"lr": config.learning_rate})
+        else:
+            self.optimizer = torch.optim.Adam(params, lr=config.learning_rate)
         adam_state(self.optimizer, list(self.predictor.parameters()))  # made now: a compiled update reads it
         self.state_stats = (RunningMeanStd((*member_lead(members), size), device=device, sync_ranks=True)
                             if config.normalize_state else None)
@@ -297,10 +299,12 @@ class IntrinsicRewards:
         self._rnd_steps = torch.zeros(self.members.lead, device=self.device)
         self._intrinsic = torch.zeros(self.members.lead, device=self.device)
 
-    def collect(self, **kwargs: Any) -> dict[str, float]:
-        out = super().collect(**kwargs)
-        self._set_rnd_weight()
+    def collect(self, *, env_config: dict[str, Any] | None = None, deterministic: bool = False) -> dict[str, float]:
+        out = super().collect(env_config=env_config, deterministic=deterministic)
+        self._set_rnd_weight()  # the weight GAE's intrinsic rewards read in step()
         return out
+
+    collect.__doc__ = Algorithm.collect.__doc__
 
     def _set_rnd_weight(self) -> None:
         """The weight of the rollout's intrinsic rewards, at the env steps so far."""
