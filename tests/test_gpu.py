@@ -593,3 +593,11 @@ def test_a_recurrent_policys_compiled_update_equals_the_uncompiled_one_on_cuda()
     from tests.algorithms.test_one_update import recurrent_compiled_equals_eager
 
     recurrent_compiled_equals_eager("cuda")
+
+
+def test_a_recurrent_policys_compiled_t_loop_writes_what_the_eager_one_writes_on_cuda() -> None:
+    """The CPU test's comparison on CUDA: the T loop's Triton programs read and write each
+    step's state and reset flags by index as the eager loop does through views."""
+    from tests.algorithms.test_one_update import recurrent_t_loop_compiled_equals_eager
+
+    recurrent_t_loop_compiled_equals_eager("cuda")

@@ -118,6 +118,7 @@ class StepColumns(NamedTuple):
     truncated: Tensor
     final_obs: Tensor | TensorDict | None
     next_obs: Tensor | TensorDict
+    next_reset: Tensor
 
     def put(self, name: str, value: Tensor | TensorDict) -> None:
         """Write a step's output into its view (``name`` one of the fields above)."""

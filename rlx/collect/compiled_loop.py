@@ -1,5 +1,4 @@
-"""Collect's T loop as compiled programs: ``compile=True`` with a graph-safe env and a
-feedforward policy.
+"""Collect's T loop as compiled programs: ``compile=True`` with a graph-safe env.
 
 One program runs ``K`` steps (acting, the env step, the buffer writes), ``K`` the largest
 divisor of T up to :data:`STEPS_PER_PROGRAM`, and the same program serves every group of
@@ -22,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
-from rlx.collect.buffer import ACTIONS, LOGP, VALUES
+from rlx.collect.buffer import ACTIONS, HIDDEN, LOGP, RESETS, VALUES
 from rlx.core.compiling import WarmProgram
 from rlx.env import FINAL_OBS, OBS, REWARDS, TERMINATED, TRUNCATED
 
@@ -56,6 +55,7 @@ class CompiledTLoop:
         K = self.steps_per_program = max(k for k in range(1, STEPS_PER_PROGRAM + 1) if T % k == 0)
         self.starts = [torch.tensor(t, device=rollout.device) for t in range(0, T, K)]
         keys = [OBS, ACTIONS, LOGP, VALUES, REWARDS, TERMINATED, TRUNCATED] + ([FINAL_OBS] if rollout.truncates else [])
+        keys += [HIDDEN, RESETS] if rollout.stateful else []
         self._columns = {key: buf.get(key) for key in keys}
         self.program = WarmProgram(self.write_steps, device=rollout.device)
 
@@ -76,12 +76,18 @@ class CompiledTLoop:
         ro = self.rollout
         c0 = ro.columns[0]  # a feedforward policy's (empty) state and reset flags
         for k in range(self.steps_per_program):
-            ro.write_step(IndexedColumn(self._columns, (start + k).view(1), c0.state, c0.reset), deterministic)
+            t = (start + k).view(1)
+            if ro.stateful:
+                state, reset = (self._columns[key].index_select(1, t).squeeze(1) for key in (HIDDEN, RESETS))
+            else:
+                state, reset = c0.state, c0.reset
+            ro.write_step(IndexedColumn(self._columns, t, state, reset), deterministic)
 
 
 #: Where each output of a step goes: the buffer entry and whether it is column t + 1.
 _PUT = {"actions": (ACTIONS, 0), "logp": (LOGP, 0), "values": (VALUES, 0), "rewards": (REWARDS, 0),
-        "terminated": (TERMINATED, 0), "truncated": (TRUNCATED, 0), "final_obs": (FINAL_OBS, 0), "next_obs": (OBS, 1)}
+        "terminated": (TERMINATED, 0), "truncated": (TRUNCATED, 0), "final_obs": (FINAL_OBS, 0), "next_obs": (OBS, 1),
+        "next_state": (HIDDEN, 1), "next_reset": (RESETS, 1)}
 
 
 class IndexedColumn:

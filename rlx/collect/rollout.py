@@ -187,7 +187,7 @@ class Rollout(RolloutValues):
         self.columns = [
             StepColumns(self.obs[t], self.states[t], self.resets[t], self.actions[t], self.logp[t], self.values[t],
                         self.states[t + 1], self.rewards[t], self.terminated[t], self.truncated[t], final[t],
-                        self.obs[t + 1])
+                        self.obs[t + 1], self.resets[t + 1])
             for t in range(T)
         ]
         self._state_columns, self._no_resets = states, torch.zeros(B * T, 1, dtype=torch.bool, device=self.device)
@@ -270,13 +270,10 @@ class Rollout(RolloutValues):
         graph, and lets ``compile_steps`` run it as compiled programs of several steps
         (:mod:`rlx.collect.compiled_loop`).
         """
-        T, stateful = self.horizon, self.stateful
-        if self.compiled_loop is not None:  # a graph-safe env and a feedforward policy
+        if self.compiled_loop is not None:  # a graph-safe env
             self.compiled_loop(deterministic)
             return
-        for t in range(T):
-            if stateful and t > 0:
-                torch.logical_or(self.terminated[t - 1], self.truncated[t - 1], out=self.resets[t])
+        for t in range(self.horizon):
             out = self.write_step(self.columns[t], deterministic)
             for key, declared in self._episode_ends:
                 if not declared and key in out.keys():
@@ -307,6 +304,10 @@ class Rollout(RolloutValues):
             c.put("truncated", out.get(TRUNCATED))
             c.put("final_obs", out.get(FINAL_OBS))
         c.put("next_obs", out.get(OBS))
+        if self.stateful:  # whether step t + 1 begins an episode: this one ended it
+            ends = [out.get(key) for key, declared in self._episode_ends if declared]
+            c.put("next_reset", torch.logical_or(*ends) if len(ends) == 2 else ends[0] if ends else
+                  torch.zeros_like(c.reset))
         return out
 
     # -- statistics -------------------------------------------------------------------------

@@ -43,8 +43,6 @@ class RolloutValues:
         """
         T = self.horizon
         if self.policy.values_while_acting:
-            if self.stateful:
-                torch.logical_or(self.terminated[T - 1], self.truncated[T - 1], out=self.resets[T])
             self.values[T].copy_(value_fn(self.obs[T], self.states[T], self.resets[T]))
         else:
             # V of every column, the bootstrap column T included, in batched passes: the

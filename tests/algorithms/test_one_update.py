@@ -395,6 +395,63 @@ def test_the_compiled_t_loop_writes_what_the_eager_one_writes(env_name: str, ext
             torch.testing.assert_close(b, a, rtol=1e-5, atol=1e-5, msg=lambda m, key=key: f"{key}: {m}")
 
 
+class _UprightResets(CartPole):
+    """CartPole whose resets inside the T loop start upright, and whose first reset,
+    outside it, starts far enough from upright that episodes end within a few steps: a
+    compiled loop draws its random numbers with inductor's generator, so only resets
+    that draw nothing compare with an eager loop's."""
+
+    reset_bound = 0.0
+
+    def reset(self, *, config=None):
+        self.reset_bound = 0.15
+        try:
+            return super().reset(config=config)
+        finally:
+            self.reset_bound = 0.0
+
+
+def test_a_recurrent_policys_compiled_t_loop_writes_what_the_eager_one_writes() -> None:
+    """compile=True runs a recurrent policy's T loop as compiled programs too
+    (:func:`recurrent_t_loop_compiled_equals_eager`; on CUDA: tests/test_gpu.py)."""
+    recurrent_t_loop_compiled_equals_eager("cpu")
+
+
+def recurrent_t_loop_compiled_equals_eager(device: str) -> None:
+    """compile=True runs a recurrent policy's T loop as compiled programs too: each step
+    reads its state and reset flag by index and writes the next ones (the state that
+    continues the episode, and whether the next step begins one). Two collects of 12
+    steps (the second starting from the state the first carried over), deterministic
+    acting, episodes ending inside both. The model in float64: both loops compute each
+    stored value to about 1e-15 before rounding it to the float32 buffer, so the buffers
+    are equal or one float32 rounding (2^-24 relative) apart where a value sits on a
+    rounding boundary, and such a flip in a stored state moves the later steps' outputs
+    by about as much (the cell's gates are contractions): 2^-20 bounds a few of them."""
+    from rlx import RecurrentAlgorithmConfig
+
+    config = dict(num_envs=16, horizon=12, seq_len=4, device=device, seed=0, normalize_obs=True,
+                  model_config={"hiddens": [32], "hidden_size": 16, "cell": "lstm"})
+    eager = RecurrentAlgorithmConfig(**config).build(_UprightResets)
+    compiled = RecurrentAlgorithmConfig(**config, compile=True).build(_UprightResets)
+    loop = compiled.rollout.compiled_loop
+    assert loop is not None and eager.rollout.compiled_loop is None and loop.steps_per_program == 4
+    _float64(eager, compiled)
+    compiled.load_state_dict(eager.state_dict())
+    for collect in range(2):
+        for algo in (eager, compiled):
+            torch.manual_seed(5 + collect)
+            algo.collect(deterministic=True)
+        resets = eager.buffer.get("resets")[:, 1:]
+        assert resets.any() and not resets.all(), f"collect {collect}: episodes must end inside the window"
+        for key in ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "hidden", "resets"):
+            a, b = eager.buffer.get(key), compiled.buffer.get(key)
+            if a.dtype == torch.bool or not a.is_floating_point():
+                assert torch.equal(a, b), key
+            else:
+                bound = 2**-20 * float(a.abs().max())
+                torch.testing.assert_close(b, a, rtol=2**-20, atol=bound, msg=lambda m, key=key: f"{key}: {m}")
+
+
 def test_the_compiled_gae_and_batch_program_equals_the_eager_one() -> None:
     """``compile=True`` runs GAE, the reward scaling and the advantage normalization as
     one program (``algo.prepare``). On the same buffer it gives the eager batch up to
@@ -445,6 +502,7 @@ def recurrent_compiled_equals_eager(device: str) -> None:
     _float64(eager, compiled)
     compiled.policy.load_state_dict(eager.policy.state_dict())
     compiled.rollout.act_fn, compiled.rollout.value_fn = compiled.policy.act_step, compiled.policy.value_step
+    compiled.rollout.compiled_loop = None  # collect eagerly in both (the compiled T loop draws other numbers)
     for i in range(2):
         stats = []
         for algo in (eager, compiled):
