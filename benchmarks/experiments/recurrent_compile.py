@@ -1,5 +1,5 @@
 """Recurrent PPO on a CPU, eager against ``compile=True`` (the whole update, the phases
-and the acting function compiled), side by side in one process.
+and collect's T loop compiled), side by side in one process.
 
     python benchmarks/experiments/recurrent_compile.py [--rounds 5] [--iterations 5]
 
