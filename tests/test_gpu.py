@@ -278,6 +278,7 @@ def test_cuda_buffer_and_policy_live_on_the_device() -> None:
         {"seq_len": 8},
         {"seq_len": 4, "burn_in": 4, "normalize_obs": True, "target_kl_div": 0.02, "sgd_minibatch_size": 1024},
         {"enable_amp": True, "model_config": {"cell": "gru", "hidden_size": 32, "num_layers": 2}},
+        {"seq_len": 4, "burn_in": 4, "target_kl_div": 0.02, "sgd_minibatch_size": 1024, "cudagraphs": True},
     ],
 )
 def test_recurrent_collect_and_step_do_not_sync_on_cuda(extra: dict) -> None:
@@ -531,6 +532,64 @@ def test_the_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> Non
         assert all(isinstance(v, float) for v in stats.values())
     whole.load_state_dict(plain.state_dict())
     assert not whole.run_update_phase.captured  # the optimizer state it read was replaced
+
+
+@pytest.mark.parametrize("extra", [
+    {"seq_len": 4, "burn_in": 4, "target_kl_div": 0.002, "normalize_obs": True},
+    {"seq_len": 8, "model_config": {"cell": "gru", "hidden_size": 32, "num_layers": 2}, "compile": True},
+], ids=["lstm_burn_in_kl_stop", "gru_compiled"])
+def test_a_recurrent_policys_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> None:
+    """A recurrent policy's step in one CUDA graph (its sequences cut and gathered, the
+    burn-in, the cells unrolled over ``seq_len``, the KL stop gating on the device), and
+    its collect in another (each step's state and reset flag): the step moves the
+    parameters as the uncaptured step does on the same rollout, without a host sync.
+    Until this passes on a GPU, ``cudagraphs="auto"`` leaves recurrent policies uncaptured
+    (rlx.algorithms.modes._untested_on_cuda)."""
+    from rlx import RecurrentAlgorithmConfig
+    from rlx.envs import CartPoleNoVelocity
+
+    config = dict(num_envs=256, horizon=16, device="cuda", seed=0, sgd_minibatch_size=1024, **extra)
+    whole = RecurrentAlgorithmConfig(**config, cudagraphs=True).build(CartPoleNoVelocity)
+    assert whole.graphs_whole_step and whole.rollout.graphed
+    for _ in range(5):  # 3 warm-ups, the capture, a replay
+        whole.collect()
+        whole.step()
+    assert whole.run_update_phase.captured and whole.rollout.graphs[False].captured
+    plain = RecurrentAlgorithmConfig(**config, cudagraphs=False).build(CartPoleNoVelocity)
+    graphed_stats, plain_stats = _step_both_from_one_state(whole, plain)
+    for key in ("losses/total", "monitors/kl_div", "monitors/clip_fraction"):
+        assert graphed_stats[key] == pytest.approx(plain_stats[key], rel=1e-4, abs=1e-6), key
+    if "target_kl_div" in extra:
+        assert graphed_stats["monitors/optimizer_steps"] == plain_stats["monitors/optimizer_steps"]
+    for stats in _run_without_syncs(whole):
+        assert all(isinstance(v, float) for v in stats.values())
+
+
+def test_a_recurrent_policys_cudagraphed_collect_replays_the_eager_rollout_bit_for_bit() -> None:
+    """The captured T loop of a recurrent policy writes what the eager loop writes:
+    deterministic actions and a deterministic env, so bit for bit, states and reset
+    flags included, with the parameters changed in place between collects."""
+    from rlx import RecurrentAlgorithmConfig
+    from rlx.core.cuda_graphs import GRAPH_WARMUPS
+    from rlx.envs import DiscreteDummyEnv
+
+    def build(cudagraphs: bool):
+        return RecurrentAlgorithmConfig(num_envs=64, horizon=8, seq_len=4, device="cuda", seed=0,
+                                        cudagraphs=cudagraphs, horizons_per_env_reset=3).build(DiscreteDummyEnv)
+
+    eager, graphed = build(False), build(True)
+    assert graphed.rollout.graphed and not eager.rollout.graphed
+    for i in range(GRAPH_WARMUPS + 3):  # warm-ups, the capture, then replays
+        for algo in (eager, graphed):
+            torch.manual_seed(100 + i)
+            algo.collect(deterministic=True)
+        assert graphed.rollout.graphs[True].captured == (i >= GRAPH_WARMUPS)
+        for key in ("obs", "actions", "logp", "values", "rewards", "terminated", "truncated", "hidden", "resets"):
+            assert torch.equal(eager.buffer.get(key), graphed.buffer.get(key)), (i, key)
+        with torch.no_grad():
+            for algo in (eager, graphed):
+                for p in algo.policy.model.parameters():
+                    p.mul_(0.9).add_(0.01)
 
 
 @pytest.mark.parametrize("extra", [

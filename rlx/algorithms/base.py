@@ -124,7 +124,7 @@ class Algorithm(MemberValues, ABC):
         apply_matmul_precision(self.modes.matmul_precision)  # process-wide, as torch keeps it
         fns = self._rollout_fns()
         graph_safe = env_is_graph_safe(self.env)
-        graphed = self.uses_cuda_graphs and self.device.type == "cuda" and graph_safe and not self.policy.recurrent
+        graphed = self.uses_cuda_graphs and self.device.type == "cuda" and graph_safe
         compile_steps = fns.compile_steps and graph_safe
         self.rollout = Rollout(
             self.env, self.policy, self.horizon, self.device, act_fn=None if compile_steps else fns.act,

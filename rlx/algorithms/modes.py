@@ -5,8 +5,9 @@
 ``"auto"`` picks the fastest mode that is correct for the config, the device and the env:
 
 * **cudagraphs**: on wherever it can run (CUDA; PPO, A2C and NPG; Adam or AdamW; equal
-  minibatches; no float16 AMP (NPG: no AMP), gradient accumulation or recurrent policy;
-  one process), off elsewhere, the reason named. Graphed, CartPole PPO ran 8.5M
+  minibatches; no float16 AMP (NPG: no AMP) or gradient accumulation; one process), off
+  elsewhere, the reason named; a recurrent policy's capture, tested on a CPU only so far,
+  with ``cudagraphs=True`` only. Graphed, CartPole PPO ran 8.5M
   env steps/s at B = 4096 on an H100 against 1.4M eagerly (2026-11-27, ``docs/gpu.md``).
 * **compile**: on where its compile time pays within the run, which only a caller that
   knows the run's length can say (:func:`run_length`: ``rlx train`` passes its
@@ -77,14 +78,12 @@ class Modes:
         return ", ".join(f"{name} {note}" for name, note in self.notes.items())
 
 
-def cudagraphs_blocker(config: Any, device: torch.device, world_size: int, recurrent: bool) -> str | None:
-    """Why ``cudagraphs`` cannot run for this config, device and policy (``None``: it can)."""
+def cudagraphs_blocker(config: Any, device: torch.device, world_size: int) -> str | None:
+    """Why ``cudagraphs`` cannot run for this config and device (``None``: it can)."""
     if device.type != "cuda":
         return f"needs a CUDA device, got {device}"
     if world_size > 1:
         return "not supported under torch.distributed yet"
-    if recurrent:
-        return "is not supported for recurrent policies"
     if getattr(config, "enable_amp", False) and not axis.autocasts_bf16(device):
         return "needs bf16 for enable_amp: this GPU autocasts to float16, whose loss scale is read back on the host"
     return config.cudagraphs_blocker()
@@ -129,7 +128,7 @@ def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent:
             notes["compile"] = "on" if compiles else "off"
     graphs_field = getattr(config, "cudagraphs", False) if captures else False
     if graphs_field == "auto":
-        why = cudagraphs_blocker(config, device, world_size, recurrent)
+        why = cudagraphs_blocker(config, device, world_size)
         untested = _untested_on_cuda(config, device, world_size, recurrent) if why is None else None
         if untested is not None:
             why = f"{untested} is captured only with cudagraphs=True until a GPU run has tested it"
@@ -137,7 +136,7 @@ def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent:
         notes["cudagraphs"] = "on (auto)" if graphs else f"off (auto: {why})"
     else:
         graphs = bool(graphs_field)
-        why = cudagraphs_blocker(config, device, world_size, recurrent) if graphs else None
+        why = cudagraphs_blocker(config, device, world_size) if graphs else None
         if why is not None:  # True where this device or run cannot capture: refused by name
             raise ConfigError(f"{type(config).__name__}.cudagraphs: {why}")
         if captures and hasattr(config, "cudagraphs"):

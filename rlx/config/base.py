@@ -320,7 +320,8 @@ class MinibatchConfig(CommonConfig):
     #: AdamW (with seeds: each seed's :class:`~rlx.members.optim.SeedAdam` step), equal
     #: minibatches (``sgd_minibatch_size`` dividing ``num_envs * horizon``), no float16 AMP
     #: (bf16, on GPUs from Ampere on, is captured), no gradient accumulation, one process
-    #: and tensor observations. With an env that declares
+    #: and tensor observations (a recurrent policy's step and T loop capture too; tested
+    #: on a CPU only so far, so ``"auto"`` leaves them off on CUDA). With an env that declares
     #: ``graph_safe = True`` (the built-in envs do; see :class:`rlx.env.Env`), all of
     #: collect's device work (acting, env steps, buffer writes, then the values, the
     #: reward scaler and the statistics) is captured too, one graph per mode (sampling,
@@ -427,8 +428,6 @@ def check_sequences(config: Any) -> None:
             f"{config.burn_in} leaves no sequence with collected steps to burn in: "
             f"needs burn_in <= horizon - seq_len = {config.horizon - L}",
         )
-    if config.cudagraphs is True:
-        fail(config, "cudagraphs", "is not supported for recurrent policies")
     if config.symmetry_augment:
         fail(config, "symmetry_augment", "is not supported for recurrent policies yet")
     if config.mirror_loss_coeff is not None:

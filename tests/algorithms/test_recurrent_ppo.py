@@ -95,7 +95,6 @@ class FixedEpisodes(Env):
         (dict(horizon=12, seq_len=4, burn_in=9), "burn_in", "burn_in <= horizon - seq_len = 8"),
         (dict(horizon=12, seq_len=4, burn_in=-1), "burn_in", "must be"),
         (dict(horizon=12, seq_len=0), "seq_len", "must be"),
-        (dict(horizon=12, cudagraphs=True), "cudagraphs", "not supported for recurrent"),
     ],
 )
 def test_bad_sequence_settings_name_the_field(kwargs: dict, field: str, message: str) -> None:

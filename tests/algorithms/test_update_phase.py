@@ -126,3 +126,40 @@ def test_npgs_update_phase_reads_nothing_back_and_the_same_tensors_every_step(ex
         out = algo.step()
     assert reads[1] == reads[2], (len(reads[1] ^ reads[2]), len(reads[1]))
     assert "npg/step_size" in out and "losses/vf" in out
+
+
+@pytest.mark.parametrize("extra", [
+    {"burn_in": 4, "target_kl_div": 0.002, "normalize_obs": True, "lr_schedule": [(0, 1e-3), (10_000, 1e-4)]},
+    {"num_seeds": 2, "member_hparams": {"lr": [1e-4, 1e-3]}, "target_kl_div": 0.01},
+], ids=["burn_in_kl_stop", "members"])
+def test_a_recurrent_policys_update_phase_reads_nothing_back_and_the_same_tensors_every_step(extra: dict) -> None:
+    """A recurrent policy's step captures as a feedforward one's: its sequences (each
+    started from its stored state, the burn-in refreshing it under the current weights)
+    are cut and gathered on the device, the cells unrolled over ``seq_len``; the phase
+    runs no host read or upload, every epoch runs (the KL stop gating on the device),
+    and two steps read the same storages from outside it."""
+    from rlx import RecurrentAlgorithmConfig
+
+    config = RecurrentAlgorithmConfig(num_envs=16, horizon=16, seq_len=4, device="cpu", seed=0, sgd_minibatch_size=64,
+                                      num_sgd_iters=3, model_config={"hiddens": [16], "hidden_size": 16, "cell": "lstm"},
+                                      **extra)
+    algo = config.build(CartPole)
+    algo.sync_kl_stop = False  # as on CUDA
+    reads, epochs, phase = [], [], algo.run_update_phase
+
+    def watched():
+        with CaptureCheck() as check:
+            out = phase()
+        assert not check.host_ops, sorted(check.host_ops)
+        reads.append(check.external)
+        epochs.append(out[1])
+        return out
+
+    algo.run_update_phase = watched  # step() runs its host part around it as always
+    for _ in range(3):
+        before = [p.detach().clone() for p in algo.policy.parameters()]
+        algo.collect()
+        out = algo.step()
+        assert any(not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters()))
+    assert reads[1] == reads[2], (len(reads[1] ^ reads[2]), len(reads[1]))
+    assert epochs == [config.num_sgd_iters] * 3 and "monitors/kl_div" in out

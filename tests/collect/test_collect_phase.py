@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 import rlx.envs
-from rlx import AlgorithmConfig
+from rlx import AlgorithmConfig, RecurrentAlgorithmConfig
 from rlx.core.capture_check import CaptureCheck
 from rlx.env import env_is_graph_safe
 from rlx.envs import CartPole, Pendulum
@@ -30,13 +30,18 @@ CONFIGS = {
     "overflow": (ShortPendulum, {"normalize_rewards": True}),  # capacity 1: the overflow flag is set on the device
     "members": (ShortPendulum, {"num_seeds": 2, "normalize_rewards": True, "normalize_obs": True,
                                 "member_hparams": {"gamma": [0.9, 0.99]}}),
+    # A recurrent policy: each step reads its state and reset flag, truncations value
+    # V(final_obs) from the state that would have continued the episode.
+    "recurrent": (ShortPendulum, {"normalize_rewards": True, "normalize_obs": True, "seq_len": 4,
+                                  "model_config": {"hiddens": [16], "hidden_size": 8, "cell": "gru"}}),
 }
 
 
 def _built(name: str):
     env_cls, extra = CONFIGS[name]
-    algo = AlgorithmConfig(num_envs=8, horizon=12, device="cpu", seed=0, model_config={"hiddens": [16, 16]},
-                           **extra).build(env_cls)
+    cls = RecurrentAlgorithmConfig if name == "recurrent" else AlgorithmConfig
+    algo = cls(**{"num_envs": 8, "horizon": 12, "device": "cpu", "seed": 0, "model_config": {"hiddens": [16, 16]},
+                  **extra}).build(env_cls)
     algo.collect()  # the buffer, the first reset and the obs statistics' start
     algo.step()
     if name == "overflow":
@@ -57,7 +62,7 @@ def test_the_collect_phase_reads_nothing_back_and_uploads_nothing(name: str) -> 
     assert host["rollout/truncation_overflow"] == float(name == "overflow")
 
 
-@pytest.mark.parametrize("name", ["truncations", "members"])
+@pytest.mark.parametrize("name", ["truncations", "members", "recurrent"])
 def test_the_collect_phase_reads_the_same_tensors_every_collect(name: str) -> None:
     """A replayed graph reads the addresses it was captured with: the buffer, the
     policy's parameters and normalizer statistics, the carried episodes, the reward
