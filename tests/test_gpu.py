@@ -105,7 +105,8 @@ def test_auto_modes_graph_the_default_config_on_cuda() -> None:
         assert all(isinstance(v, float) for v in stats.values())
     assert _update_captured(algo) and algo.rollout.graphs[False].captured
     # bf16 on an H100 for one member as for many: no loss scale, Adam's step on the device,
-    # so the AMP update is graphed too; accumulated gradients fall back by name.
+    # so the AMP update is graphed too; accumulated gradients fall back by name (until the
+    # whole-step capture test below has passed with them on a GPU).
     amp = AlgorithmConfig(num_envs=64, horizon=8, device="cuda", enable_amp=True).build(CartPole)
     assert amp.uses_cuda_graphs and amp.amp_dtype == torch.bfloat16 and not amp.grad_scaler.is_enabled()
     accumulated = AlgorithmConfig(num_envs=64, horizon=8, device="cuda", accumulate_grads=True).build(CartPole)
@@ -507,14 +508,18 @@ def test_compiled_update_captured_in_a_cuda_graph_matches_compile_alone(extra: d
     # RND: the intrinsic rewards in the graph's GAE, the predictor's step held with the policy's.
     {"rnd": {"weight": 0.5, "predictor_hiddens": [32], "target_hiddens": [32], "normalize_state": True,
              "normalize_reward": True}, "target_kl_div": 0.002},
-], ids=["one", "kl_stop_schedule", "members", "compiled", "amp", "rnd"])
+    # One graph holds unequal minibatches (4096 samples: 1536, 1536, 1024) and gradients
+    # accumulated over an epoch's minibatches with one step at its end.
+    {"sgd_minibatch_size": 1536, "target_kl_div": 0.01},
+    {"accumulate_grads": True, "target_kl_div": 0.01},
+], ids=["one", "kl_stop_schedule", "members", "compiled", "amp", "rnd", "unequal", "accumulate"])
 def test_the_step_captured_whole_matches_the_uncaptured_step(extra: dict) -> None:
     """``cudagraphs_scope="step"``: one graph holds all of step()'s device work (GAE, the
     epochs' orders and gathers, the minibatch updates with the KL early stop's gating,
     the statistics). Replayed, it moves the parameters and reports the statistics that
     the same step run without graphs does on the same rollout and random numbers; it
     runs without a host sync; a load captures it again."""
-    config = dict(num_envs=256, horizon=16, device="cuda", seed=0, sgd_minibatch_size=1024, **extra)
+    config = {"num_envs": 256, "horizon": 16, "device": "cuda", "seed": 0, "sgd_minibatch_size": 1024, **extra}
     whole = AlgorithmConfig(**config, cudagraphs=True, cudagraphs_scope="step").build(CartPole)
     assert whole.graphs_whole_step and not hasattr(whole.update, "captured")  # no graph per minibatch
     for _ in range(5):  # 3 warm-ups, the capture, a replay

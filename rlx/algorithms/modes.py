@@ -4,10 +4,11 @@
 
 ``"auto"`` picks the fastest mode that is correct for the config, the device and the env:
 
-* **cudagraphs**: on wherever it can run (CUDA; PPO, A2C and NPG; Adam or AdamW; equal
-  minibatches; no float16 AMP (NPG: no AMP) or gradient accumulation; one process), off
-  elsewhere, the reason named; a recurrent policy's capture, tested on a CPU only so far,
-  with ``cudagraphs=True`` only. Graphed, CartPole PPO ran 8.5M
+* **cudagraphs**: on wherever it can run (CUDA; PPO, A2C and NPG; Adam or AdamW; no
+  float16 AMP (NPG: no AMP); with ``cudagraphs_scope="minibatch"`` equal minibatches and
+  no gradient accumulation; one process), off elsewhere, the reason named; captures
+  tested on a CPU only so far (a recurrent policy's, unequal minibatches' and
+  ``accumulate_grads``' in one step graph) with ``cudagraphs=True`` only. Graphed, CartPole PPO ran 8.5M
   env steps/s at B = 4096 on an H100 against 1.4M eagerly (2026-11-27, ``docs/gpu.md``).
 * **compile**: on where its compile time pays within the run, which only a caller that
   knows the run's length can say (:func:`run_length`: ``rlx train`` passes its
@@ -89,11 +90,16 @@ def cudagraphs_blocker(config: Any, device: torch.device, world_size: int) -> st
     return config.cudagraphs_blocker()
 
 
-def _untested_on_cuda(config: Any, device: torch.device, world_size: int, recurrent: bool) -> str | None:
-    """What of this run compiles and captures, tested on a CPU, but has not run on a GPU
-    yet (``"auto"`` leaves it off on CUDA; ``True`` opts in); ``None``: nothing."""
+def _untested_on_cuda(config: Any, device: torch.device, world_size: int, recurrent: bool, *,
+                      graphs: bool = False) -> str | None:
+    """What of this run compiles (or, ``graphs``, captures), tested on a CPU, but has not
+    run on a GPU yet (``"auto"`` leaves it off on CUDA; ``True`` opts in); ``None``: nothing."""
     if device.type != "cuda":
         return None
+    if graphs and getattr(config, "accumulate_grads", False):
+        return "accumulate_grads"
+    if graphs and getattr(config, "buffer_size", 0) % max(getattr(config, "minibatch_size", 1), 1):
+        return "unequal minibatches"
     if recurrent:
         return "a recurrent policy"
     if world_size > 1:
@@ -129,7 +135,7 @@ def resolve_modes(config: Any, device: torch.device, world_size: int, recurrent:
     graphs_field = getattr(config, "cudagraphs", False) if captures else False
     if graphs_field == "auto":
         why = cudagraphs_blocker(config, device, world_size)
-        untested = _untested_on_cuda(config, device, world_size, recurrent) if why is None else None
+        untested = _untested_on_cuda(config, device, world_size, recurrent, graphs=True) if why is None else None
         if untested is not None:
             why = f"{untested} is captured only with cudagraphs=True until a GPU run has tested it"
         graphs = why is None

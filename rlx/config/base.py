@@ -317,9 +317,10 @@ class MinibatchConfig(CommonConfig):
     #: CUDA only: capture the update (forward, losses, backward, clipping, a capturable
     #: Adam with a tensor LR; what one graph holds: ``cudagraphs_scope``) in a CUDA graph
     #: and replay it, removing the per-kernel launch cost. Needs ``optimizer_cls`` Adam or
-    #: AdamW (with seeds: each seed's :class:`~rlx.members.optim.SeedAdam` step), equal
-    #: minibatches (``sgd_minibatch_size`` dividing ``num_envs * horizon``), no float16 AMP
-    #: (bf16, on GPUs from Ampere on, is captured), no gradient accumulation, one process
+    #: AdamW (with seeds: each seed's :class:`~rlx.members.optim.SeedAdam` step), no
+    #: float16 AMP (bf16, on GPUs from Ampere on, is captured), with
+    #: ``cudagraphs_scope="minibatch"`` equal minibatches (``sgd_minibatch_size`` dividing
+    #: ``num_envs * horizon``) and no gradient accumulation, one process
     #: and tensor observations (a recurrent policy's step and T loop capture too; tested
     #: on a CPU only so far, so ``"auto"`` leaves them off on CUDA). With an env that declares
     #: ``graph_safe = True`` (the built-in envs do; see :class:`rlx.env.Env`), all of
@@ -372,14 +373,16 @@ class MinibatchConfig(CommonConfig):
     graphs_amp = True
 
     def cudagraphs_blocker(self) -> str | None:
-        if self.accumulate_grads:
-            return "cannot be combined with accumulate_grads"
         why = super().cudagraphs_blocker()
-        if why is not None:
+        if why is not None or self.cudagraphs_scope == "step":  # one graph holds every minibatch, as they are
             return why
+        # A graph per minibatch update: one layout of inputs, and no gradients handed
+        # from one replay to the next.
+        if self.accumulate_grads:
+            return 'cannot be combined with accumulate_grads with cudagraphs_scope="minibatch" ("step" can)'
         if self.buffer_size % self.minibatch_size:
-            return (f"needs equal minibatches: sgd_minibatch_size={self.minibatch_size} must divide "
-                    f"num_envs * horizon = {self.buffer_size}")
+            return (f'needs equal minibatches with cudagraphs_scope="minibatch" ("step" does not): '
+                    f"sgd_minibatch_size={self.minibatch_size} must divide num_envs * horizon = {self.buffer_size}")
         return None
 
     @property

@@ -43,12 +43,18 @@ def test_a_mode_is_true_false_or_auto() -> None:
     [
         ({}, None),
         ({"enable_amp": True}, None),  # bf16 (this GPU computes it: the test below asks)
-        ({"accumulate_grads": True, "sgd_minibatch_size": 32}, "cannot be combined with accumulate_grads"),
+        # One step graph holds accumulated gradients and unequal minibatches as they are;
+        # not run on a GPU yet: True opts in. A graph per minibatch update cannot.
+        ({"accumulate_grads": True, "sgd_minibatch_size": 32}, "accumulate_grads is captured only with cudagraphs=True"),
+        ({"accumulate_grads": True, "sgd_minibatch_size": 32, "cudagraphs_scope": "minibatch"},
+         'cannot be combined with accumulate_grads with cudagraphs_scope="minibatch"'),
         ({"optimizer_cls": torch.optim.SGD}, "needs optimizer_cls torch.optim.Adam or AdamW"),
-        ({"sgd_minibatch_size": 48}, "needs equal minibatches: sgd_minibatch_size=48 must divide"),
+        ({"sgd_minibatch_size": 48}, "unequal minibatches is captured only with cudagraphs=True"),
+        ({"sgd_minibatch_size": 48, "cudagraphs_scope": "minibatch"},
+         'needs equal minibatches with cudagraphs_scope="minibatch" ("step" does not): sgd_minibatch_size=48 must divide'),
         ({"rnd": {}}, "rnd's predictor step is captured only with cudagraphs=True"),  # until a GPU has run it
     ],
-    ids=["graphed", "amp", "accumulate", "sgd", "unequal", "rnd"],
+    ids=["graphed", "amp", "accumulate", "accumulate_per_minibatch", "sgd", "unequal", "unequal_per_minibatch", "rnd"],
 )
 def test_auto_graphs_on_cuda_wherever_a_capture_is_correct(extra: dict, why: str | None, bf16_gpu) -> None:
     """On CUDA ``"auto"`` captures exactly the configs ``cudagraphs=True`` accepts, and names
@@ -61,7 +67,7 @@ def test_auto_graphs_on_cuda_wherever_a_capture_is_correct(extra: dict, why: str
         assert AlgorithmConfig(**BASE, **extra, cudagraphs=True).cudagraphs is True  # accepted
     else:
         assert why in modes.notes["cudagraphs"]
-        if "rnd" in extra:  # not run on a GPU yet: True opts in
+        if "captured only with cudagraphs=True" in why:  # not run on a GPU yet: True opts in
             assert resolve_modes(AlgorithmConfig(**BASE, **extra, cudagraphs=True), CUDA, 1, False, captures=True).cudagraphs
             return
         with pytest.raises(ConfigError, match="cudagraphs"):

@@ -28,13 +28,17 @@ from rlx.envs import CartPole
     {"enable_amp": True, "target_kl_div": 0.01},
     {"enable_amp": True, "num_seeds": 2, "member_hparams": {"lr": [1e-4, 1e-3]}, "kl_adaptive_lr": True,
      "target_kl_div": 0.01},
-], ids=["one", "kl_stop", "members", "adaptive_lr", "amp", "amp_members_adaptive_lr"])
+    # One step graph holds these as they are: minibatches of 192, 192 and 128 samples;
+    # gradients accumulated over an epoch, one step at its end judged on its KL.
+    {"sgd_minibatch_size": 192, "target_kl_div": 0.01},
+    {"accumulate_grads": True, "target_kl_div": 0.01, "num_seeds": 2},
+], ids=["one", "kl_stop", "members", "adaptive_lr", "amp", "amp_members_adaptive_lr", "unequal", "accumulate_members"])
 def test_the_update_phase_reads_nothing_back_and_uploads_nothing(extra: dict) -> None:
     """With the KL early stop gating on the device (as on CUDA, where ``sync_kl_stop``
     is off), the update phase runs none of :data:`~rlx.core.capture_check.NOT_CAPTURABLE`; the step around it
     reads its statistics in one transfer."""
-    config = AlgorithmConfig(num_envs=32, horizon=16, device="cpu", seed=0, sgd_minibatch_size=128,
-                             num_sgd_iters=3, **extra)
+    config = AlgorithmConfig(**{"num_envs": 32, "horizon": 16, "device": "cpu", "seed": 0, "sgd_minibatch_size": 128,
+                                "num_sgd_iters": 3, **extra})
     algo = config.build(CartPole)
     algo.sync_kl_stop = False  # as on CUDA: every epoch runs, a stopped one with its steps held
     algo.collect()
@@ -69,15 +73,17 @@ def test_the_step_runs_the_update_phase_it_would_capture() -> None:
      "lr_schedule": [(0, 1e-3), (10_000, 1e-4)], "entropy_coeff_schedule": [(0, 0.01), (10_000, 0.0)]},
     {"num_seeds": 2, "target_kl_div": 0.01, "member_hparams": {"lr": [1e-4, 1e-3], "clip_param": [0.1, 0.3]}},
     {"enable_amp": True, "normalize_obs": True, "lr_schedule": [(0, 1e-3), (10_000, 1e-4)]},
-], ids=["one", "members", "amp"])
+    {"sgd_minibatch_size": 192, "target_kl_div": 0.01},
+    {"accumulate_grads": True, "target_kl_div": 0.01},
+], ids=["one", "members", "amp", "unequal", "accumulate"])
 def test_the_update_phase_reads_the_same_tensors_every_step(extra: dict) -> None:
     """A replayed graph reads the addresses it was captured with: whatever changes
     between steps (parameters, optimizer state, the rollout, the learning rate and
     entropy schedules, normalizer statistics, the KL stop's state) must be written in
     place into the same tensors, never handed over as new ones. Two steps after the
     warm-up read exactly the same storages from outside the phase."""
-    algo = AlgorithmConfig(num_envs=32, horizon=16, device="cpu", seed=0, sgd_minibatch_size=128, num_sgd_iters=2,
-                           **extra).build(CartPole)
+    algo = AlgorithmConfig(**{"num_envs": 32, "horizon": 16, "device": "cpu", "seed": 0, "sgd_minibatch_size": 128,
+                              "num_sgd_iters": 2, **extra}).build(CartPole)
     algo.sync_kl_stop = False  # as on CUDA
     reads, phase = [], algo.run_update_phase
 

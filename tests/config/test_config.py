@@ -89,11 +89,15 @@ def test_defaults_follow_rl8_except_episode_resets() -> None:
     assert config.optimizer_kwargs == {"lr": 1e-3}
 
 
-def test_cudagraphs_needs_equal_minibatches_and_no_accumulated_grads() -> None:
-    with pytest.raises(ValueError, match=r"cudagraphs: needs equal minibatches"):
-        AlgorithmConfig(num_envs=10, horizon=10, sgd_minibatch_size=30, cudagraphs=True)
+def test_a_graph_per_minibatch_needs_equal_minibatches_and_no_accumulated_grads() -> None:
+    minibatch = dict(num_envs=10, horizon=10, cudagraphs=True, cudagraphs_scope="minibatch")
+    with pytest.raises(ValueError, match=r"cudagraphs: needs equal minibatches with cudagraphs_scope=\"minibatch\""):
+        AlgorithmConfig(**minibatch, sgd_minibatch_size=30)
     with pytest.raises(ValueError, match=r"cudagraphs: cannot be combined with accumulate_grads"):
-        AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, accumulate_grads=True)
+        AlgorithmConfig(**minibatch, accumulate_grads=True)
+    # One graph for the whole step (the default scope) holds them as they are.
+    assert AlgorithmConfig(num_envs=10, horizon=10, sgd_minibatch_size=30, cudagraphs=True).cudagraphs is True
+    assert AlgorithmConfig(num_envs=10, horizon=10, accumulate_grads=True, cudagraphs=True).cudagraphs is True
     # bf16 AMP is captured (tests/algorithms/test_update_phase.py checks what a capture needs);
     # whether the GPU autocasts to bf16 is decided at build (rlx.algorithms.modes).
     assert AlgorithmConfig(num_envs=10, horizon=10, cudagraphs=True, enable_amp=True).cudagraphs_blocker() is None
