@@ -103,11 +103,9 @@ def test_every_part_of_the_suite_appears(dry_run: dict[str, Any]) -> None:
                 for mode in ("cudagraphs", "compile"):
                     (row,) = _rows(dry_run, part="throughput", env=env, algorithm=algorithm, mode=mode, num_envs=b)
                     assert "skipped" in row
-        for algorithm in ("ppo", "npg"):  # both capture on CUDA (NPG its whole step)
+        for algorithm in ("ppo", "npg", "recurrent_ppo"):  # all capture on CUDA (NPG its whole step)
             assert _rows(dry_run, part="throughput", env=env, algorithm=algorithm, mode="cudagraphs")[0]["skipped"] == "needs CUDA"
-        # Recurrent PPO rejects cudagraphs, in the config's own words; it compiles (skipped
-        # in a dry run as every compile is).
-        assert "recurrent" in _rows(dry_run, part="throughput", env=env, algorithm="recurrent_ppo", mode="cudagraphs")[0]["skipped"]
+        # Recurrent PPO compiles (skipped in a dry run as every compile is).
         assert "dry run" in _rows(dry_run, part="throughput", env=env, algorithm="recurrent_ppo", mode="compile")[0]["skipped"]
         for algorithm in ("ppo", "npg"):
             (solve,) = _rows(dry_run, part="solve", env=env, algorithm=algorithm, mode="eager")
