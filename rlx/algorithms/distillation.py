@@ -26,6 +26,7 @@ students of the one teacher.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +34,12 @@ import torch
 from torch import Tensor
 
 from rlx.algorithms.base import Algorithm
+from rlx.core.compiling import CompiledCall, recheck_values
 from rlx.core.config_fields import ConfigError
+from rlx.core.cuda_graphs import GraphedCall
 from rlx.core.stats import Stats
 from rlx.env import OBS
+from rlx.members.optim import adam_state, steps_functionally
 from rlx.policy import Policy, PolicyBase, flatten_time
 
 if TYPE_CHECKING:
@@ -153,6 +157,7 @@ class Distillation(Algorithm):
     ``DistillationConfig(teacher=..., ...).build(env_cls)``."""
 
     config: DistillationConfig
+    captures = True  # cudagraphs captures its whole step
 
     def __init__(self, env_cls: EnvFactory, config: DistillationConfig) -> None:
         super().__init__(env_cls, config)
@@ -173,6 +178,50 @@ class Distillation(Algorithm):
         self.discrete = not self.env.action_spec.dtype.is_floating_point
         if self.discrete and not isinstance(self.teacher, PolicyBase):
             raise ConfigError(f"{where}: a teacher of discrete actions must be an rlx policy (its distribution is matched)")
+        self._params = [p for p in self.policy.model.parameters() if p.requires_grad]
+        self._loss_scaled = self.grad_scaler.is_enabled()  # float16 AMP (a compiled update cannot ask)
+        #: The minibatches' summed losses, each member's, accumulated on the device.
+        self._loss_sum = torch.zeros(self.members.lead, device=self.device)
+        #: Why ``compile`` leaves the minibatch update eager (``None``: it compiles whole,
+        #: or no compile): an optimizer rlx does not step itself.
+        self.compile_fallback = None
+        if self.compiles and not steps_functionally(self.optimizer, self.grad_scaler):
+            self.compile_fallback = (f"optimizer_cls {type(self.optimizer).__name__} with these options (the program "
+                                     "steps Adam and AdamW with one param group, without maximize, differentiable or "
+                                     "a float16 loss scale)")
+        #: :meth:`minibatch_update` compiled whole (the student's forward pass, the loss, the
+        #: backward, the clipped optimizer step), with ``compile``.
+        self.compiled_update = (CompiledCall(self.minibatch_update, device=self.device)
+                                if self.compiles and self.compile_fallback is None else None)
+        self.update = self._wrapped_update()
+        #: What step() runs on the device: :meth:`update_phase`, through one CUDA graph with ``cudagraphs``.
+        self.run_update_phase = self._wrapped_phase()
+
+    @property
+    def needs_tensor_lr(self) -> bool:
+        # A compiled update steps Adam with the LR as a tensor (a float would be baked into its program).
+        compiled_adam = self.compiles and self.config.optimizer_cls in (torch.optim.Adam, torch.optim.AdamW)
+        return self.uses_cuda_graphs or compiled_adam
+
+    def _wrapped_update(self) -> Callable[[dict[str, Any]], Tensor]:
+        if self.compiled_update is None:
+            return self.minibatch_update
+        # The Adam state the program reads and writes exists before it runs (after a load
+        # too): a program traced on a missing state would make it on every call.
+        adam_state(self.optimizer, self._params)
+        return self.compiled_update
+
+    def _wrapped_phase(self) -> Callable[[], Stats]:
+        """:meth:`update_phase`, captured whole in a CUDA graph with ``cudagraphs`` (again
+        after each load: a captured graph reads the optimizer state it was captured with)."""
+        if not self.uses_cuda_graphs:
+            return self.update_phase
+        return GraphedCall(self.update_phase, self.device, before_capture=self.drop_grads)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        super().load_state_dict(state)
+        self.update = self._wrapped_update()
+        self.run_update_phase = self._wrapped_phase()
 
     def teacher_actions(self, obs: Any) -> Tensor:
         """``[N, *action]`` the teacher's mean actions on raw observations."""
@@ -195,40 +244,61 @@ class Distillation(Algorithm):
         """
         self._check_buffered()
         start = time.perf_counter()
-        cfg, members = self.config, self.members
-        obs = flatten_time(self.buffer.get(OBS)[:, : self.horizon])
-        target = None if self.discrete else self._teacher_means(obs).float()
-        n = obs.shape[0] // self.num_seeds
-        m = min(cfg.sgd_minibatch_size or n, n)
-        params = [p for p in self.policy.model.parameters() if p.requires_grad]
-        total = torch.zeros(members.lead, device=self.device)
-        count = 0
-        for _ in range(cfg.num_sgd_iters):
-            order = members.epoch_order(n, m, shuffle=True)
-            for lo, rows in members.minibatch_bounds(n, m):
-                index = order[lo : lo + rows] if order is not None else torch.arange(lo, lo + rows, device=self.device)
-                with self.autocast():
-                    student = self.policy._actor_distribution(obs[index])
-                if self.discrete:
-                    with torch.no_grad():
-                        teacher = self.teacher._actor_distribution(obs[index])
-                    error = teacher.kl(student).float()
-                else:
-                    error = self._loss(student.mode().float(), target[index], reduction="none")
-                loss = members.mean_each(error.reshape(error.shape[0], -1).mean(dim=1, keepdim=True))
-                loss = loss if self.num_seeds > 1 else loss.reshape(())
-                self.grad_scaler.scale(loss.sum()).backward()
-                self.optimizer_step(params)
-                total += loss.detach()
-                count += 1
+        recheck_values()  # what changed since collect() (a config field, the optimizer's options) is seen
         lr = self.lr
+        stats = self.run_update_phase()
         self._finish_step()
-        stats = Stats()
-        members.stats(stats)("losses/behavior", total / max(count, 1))
-        members.add_activity(stats)
-        stats.add("params/finite", self._params_finite(), "min")
         host = stats.to_host()  # SYNC: the stats of step()
         out = {**{k: v for k, v in host.items() if k != "params/finite"}, "monitors/lr": lr,
                "profiling/step_ms": 1e3 * (time.perf_counter() - start)}
         self._check_params_finite(host, out)
         return out
+
+    def update_phase(self) -> Stats:
+        """All of step()'s work on the device: the teacher's targets, the epochs of
+        minibatch updates (:meth:`minibatch_update`, each epoch's order drawn on the
+        device) and the statistics (returned still on the device). The host decides
+        nothing inside it, so one CUDA graph holds it whole (``cudagraphs``)."""
+        cfg, members = self.config, self.members
+        obs = flatten_time(self.buffer.get(OBS)[:, : self.horizon])
+        target = None if self.discrete else self._teacher_means(obs).float()
+        n = obs.shape[0] // self.num_seeds
+        m = min(cfg.sgd_minibatch_size or n, n)
+        self._loss_sum.zero_()
+        count = 0
+        for _ in range(cfg.num_sgd_iters):
+            order = members.epoch_order(n, m, shuffle=True)
+            for lo, rows in members.minibatch_bounds(n, m):
+                index = order[lo : lo + rows] if order is not None else torch.arange(lo, lo + rows, device=self.device)
+                mb = {OBS: obs[index]} if target is None else {OBS: obs[index], "target": target[index]}
+                self.update(mb)
+                count += 1
+        stats = Stats()
+        members.stats(stats)("losses/behavior", self._loss_sum / max(count, 1))
+        members.add_activity(stats)
+        stats.add("params/finite", self._params_finite(), "min")
+        return stats
+
+    def minibatch_update(self, mb: dict[str, Any]) -> Tensor:
+        """One minibatch: the student's loss against the teacher (the mean-action gap, or
+        for discrete actions ``KL(teacher || student)``), its backward and the clipped
+        optimizer step; adds the loss (each member's) into the step's sum and returns it.
+        The one implementation, which eager runs, ``compile`` compiles whole and
+        ``cudagraphs`` captures inside :meth:`update_phase`."""
+        obs, members = mb[OBS], self.members
+        with self.autocast():
+            student = self.policy._actor_distribution(obs)
+        if self.discrete:
+            with torch.no_grad():
+                teacher = self.teacher._actor_distribution(obs)
+            error = teacher.kl(student).float()
+        else:
+            error = self._loss(student.mode().float(), mb["target"], reduction="none")
+        loss = members.mean_each(error.reshape(error.shape[0], -1).mean(dim=1, keepdim=True))
+        loss = loss if self.num_seeds > 1 else loss.reshape(())
+        total = loss.sum()
+        (self.grad_scaler.scale(total) if self._loss_scaled else total).backward()
+        self.optimizer_step(self._params)
+        loss = loss.detach()
+        self._loss_sum.add_(loss)
+        return loss

@@ -23,9 +23,10 @@
   before either (CartPole PPO after ~33k env steps, 1.3-1.8 s eagerly). A config may rule
   compiling out where its compile time would not be minutes
   (``compile_auto_blocker``: NPG on a CPU past 8 passes of rows, whose natural step's
-  program unrolls them); and on CUDA a recurrent policy's, a torch.distributed run's
-  and RND's programs, compiled and tested on a CPU only so far, compile (and RND's
-  update is captured) only with ``compile=True`` (``cudagraphs=True``).
+  program unrolls them); and on CUDA a recurrent policy's, a torch.distributed run's,
+  RND's and a distillation student's programs, compiled and tested on a CPU only so far
+  (``_untested_on_cuda``; a config names its own in ``untested_on_cuda``), compile (and
+  are captured) only with ``compile=True`` (``cudagraphs=True``).
 * **matmul_precision**: TF32 on CUDA, torch's setting elsewhere
   (:data:`rlx.core.precision.AUTO_MATMUL_PRECISION`).
 """
@@ -100,6 +101,8 @@ def _untested_on_cuda(config: Any, device: torch.device, world_size: int, recurr
         return "accumulate_grads"
     if graphs and getattr(config, "buffer_size", 0) % max(getattr(config, "minibatch_size", 1), 1):
         return "unequal minibatches"
+    if getattr(config, "untested_on_cuda", None):
+        return config.untested_on_cuda
     if recurrent:
         return "a recurrent policy"
     if world_size > 1:

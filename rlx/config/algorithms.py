@@ -211,9 +211,28 @@ class DistillationConfig(CommonConfig):
     optimizer_config: dict[str, Any] | None = dataclasses.field(default_factory=lambda: {"lr": 1e-3})
     #: The student's collect samples actions: start from a small std (as rsl_rl's student).
     model_config: dict[str, Any] | None = dataclasses.field(default_factory=lambda: {"log_std_init": math.log(0.1)})
+    #: ``torch.compile`` (inductor) each minibatch update whole (the student's forward
+    #: pass, the loss, the backward, the clipped Adam step: ``Distillation.minibatch_update``,
+    #: the function eager runs) and collect's acting as PPO's ``compile`` does. ``"auto"``:
+    #: where its compile time pays within the run (:mod:`rlx.algorithms.modes`); on CUDA
+    #: only with ``True`` until a GPU run has tested it.
+    compile: bool | Literal["auto"] = "auto"
+    #: CUDA only: capture all of ``step()``'s device work (the teacher's targets, every
+    #: epoch's order, the minibatch updates, the statistics: ``Distillation.update_phase``)
+    #: in one CUDA graph, and with a graph-safe env collect's device work, as PPO's
+    #: ``cudagraphs`` does. Needs Adam or AdamW and no ``enable_amp``. ``"auto"`` leaves it
+    #: off until a GPU run has tested it; ``True`` opts in.
+    cudagraphs: bool | Literal["auto"] = "auto"
+    #: What of this config compiles and captures, tested on a CPU only so far.
+    untested_on_cuda: ClassVar[str | None] = "distillation's step"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        check_mode(self, "compile")
+        check_mode(self, "cudagraphs")
+        why = self.cudagraphs_blocker() if self.cudagraphs is True else None
+        if why is not None:
+            fail(self, "cudagraphs", why)
         if not isinstance(self.teacher, str) or not self.teacher:
             fail(self, "teacher", f"must be the path of the teacher's run directory or checkpoint, got {self.teacher!r}")
         check_int(self, "teacher_member", minimum=0, allow_none=True)

@@ -246,6 +246,11 @@ class CommonConfig:
                     f"the device), got {getattr(self.optimizer_cls, '__name__', self.optimizer_cls)}")
         return None
 
+    #: What of this config's algorithm compiles and captures, tested on a CPU but not yet
+    #: on a GPU (``None``: nothing): on CUDA ``"auto"`` leaves ``compile`` and
+    #: ``cudagraphs`` off for it, naming it (:mod:`rlx.algorithms.modes`).
+    untested_on_cuda: ClassVar[str | None] = None
+
     def compile_auto_blocker(self, device: torch.device) -> str | None:
         """Why ``compile="auto"`` stays off for these fields on ``device`` even where a run
         is long enough for compiling to pay (``None``: nothing does)."""

@@ -15,7 +15,7 @@ Both have ``num_steps_per_env``, ``obs_groups`` and an ``algorithm`` section (PP
 ``value_loss_coef``, ``entropy_coef``, ``learning_rate``, ``schedule``, ``desired_kl``,
 ``gamma``, ``lam``, ``max_grad_norm``, ``optimizer``), and ``torch_compile_mode``
 (``"default"`` or ``"max-autotune-no-cudagraphs"``: rlx's ``compile``, which fuses the
-whole minibatch update). Each maps to the rlx field that
+whole minibatch update; a distillation student's too). Each maps to the rlx field that
 does the same; the gradient is clipped per network (rsl_rl's rule:
 ``clip_grad_per_network``), the adaptive schedule adapts before every minibatch's step
 (``kl_adaptive_lr_per_minibatch``, rsl_rl's placement) and rewards are not scaled
@@ -158,12 +158,7 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
     rnd = _rnd(alg.get("rnd_cfg"), cfg.get("obs_groups") or {}, num_envs, env)
     if alg.get("normalize_advantage_per_mini_batch"):
         _fail("'algorithm']['normalize_advantage_per_mini_batch'", "rlx normalizes advantages over the whole batch")
-    compile_mode = cfg.get("torch_compile_mode")
-    if compile_mode in ("reduce-overhead", "max-autotune"):  # rsl_rl refuses them too
-        _fail("'torch_compile_mode'", f"{compile_mode!r} captures CUDA graphs around each model call; rlx "
-                                      "captures the whole update with AlgorithmConfig.cudagraphs instead")
-    if compile_mode not in (None, "default", "max-autotune-no-cudagraphs"):
-        _fail("'torch_compile_mode'", f"{compile_mode!r} is not one of [None, 'default', 'max-autotune-no-cudagraphs']")
+    compile_mode = _compile_mode(cfg)
     optimizer_cls = _optimizer(alg)
     nets = networks_from_rsl_rl(cfg, alg)
     if nets["norm"][0] != nets["norm"][1]:
@@ -176,8 +171,6 @@ def algorithm_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: str
         _fail("'algorithm']['num_mini_batches'", f"{minibatches} does not divide "
                                                  f"{'num_envs' if nets['recurrent'] else 'num_envs * num_steps_per_env'}"
                                                  f" = {units}")
-    if nets["recurrent"] and compile_mode is not None:
-        _fail("'torch_compile_mode'", "rlx compiles feedforward policies' updates; remove it for an RNNModel")
     adaptive = alg.get("schedule", "adaptive") == "adaptive" and alg.get("desired_kl") is not None
     clip = float(alg.get("clip_param", 0.2))
     obs_groups = cfg.get("obs_groups") or None
@@ -336,8 +329,7 @@ def distillation_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: 
     for key in ("rnd_cfg", "symmetry_cfg"):
         if alg.get(key) is not None:
             _fail(f"'algorithm'][{key!r}", "is not compatible with Distillation (as in rsl_rl)")
-    if cfg.get("torch_compile_mode"):
-        _fail("'torch_compile_mode'", "rlx's distillation step runs eagerly; remove it")
+    compile_mode = _compile_mode(cfg)
     optimizer_cls = _optimizer(alg)
     student = _student(cfg)
     _check_network(student)
@@ -358,8 +350,20 @@ def distillation_config_from_rsl_rl(cfg: dict[str, Any], num_envs: int, device: 
         model_config={"hiddens": student["hiddens"], "activation_fn": student["activation"],
                       "log_std_init": math.log(student["init_std"])},
         obs_groups={"actor": student["groups"], "critic": student["groups"]},
-        device=device, seed=cfg.get("seed"),
+        device=device, seed=cfg.get("seed"), compile=compile_mode is not None,
     )
+
+
+def _compile_mode(cfg: dict[str, Any]) -> str | None:
+    """rsl_rl's ``torch_compile_mode`` (``None``: off), checked: rlx's ``compile`` fuses
+    what rsl_rl's compiles, and captures CUDA graphs with ``cudagraphs`` instead."""
+    compile_mode = cfg.get("torch_compile_mode")
+    if compile_mode in ("reduce-overhead", "max-autotune"):  # rsl_rl refuses them too
+        _fail("'torch_compile_mode'", f"{compile_mode!r} captures CUDA graphs around each model call; rlx "
+                                      "captures the whole update with AlgorithmConfig.cudagraphs instead")
+    if compile_mode not in (None, "default", "max-autotune-no-cudagraphs"):
+        _fail("'torch_compile_mode'", f"{compile_mode!r} is not one of [None, 'default', 'max-autotune-no-cudagraphs']")
+    return compile_mode
 
 
 def teacher_kind(state: dict[str, Any], where: str) -> str:

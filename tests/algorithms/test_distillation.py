@@ -205,3 +205,81 @@ def test_a_student_of_discrete_actions_matches_the_teachers_distribution(tmp_pat
     print(f"KL {kls[0]:.3f} -> {kls[-1]:.3f}; episode length {length}")
     assert kls[-1] < 0.4 * kls[0], kls  # measured: 0.457 -> 0.118, both 500-step episodes
     assert length["student"] >= 0.8 * length["teacher"], length
+
+
+# -- one step function: eager, compiled, captured ---------------------------------------
+
+
+def _small_teacher(run_dir: Path, env_cls) -> Path:
+    if not run_dir.exists():
+        teacher = AlgorithmConfig(num_envs=16, horizon=16, device="cpu", seed=0, sgd_minibatch_size=64,
+                                  model_config={"hiddens": [16, 16]}).build(env_cls)
+        Trainer(teacher, TrainerConfig(max_iterations=2, progress=False, tensorboard=False), run_dir=run_dir).run()
+    return run_dir
+
+
+@pytest.mark.parametrize("env_name, extra", [
+    ("Pendulum", {"max_grad_norm": 0.5, "normalize_obs": True}),  # the mean-action gap, unequal minibatches
+    ("CartPole", {"num_seeds": 2}),  # discrete: KL(teacher || student); two students
+], ids=["continuous", "discrete_members"])
+def test_a_compiled_students_step_equals_the_eager_one(tmp_path_factory, env_name: str, extra: dict) -> None:
+    """``compile=True`` compiles each minibatch update whole (``Distillation.minibatch_update``,
+    the function eager runs; a program per minibatch size: 96, 96 and 64 rows). In float64,
+    from one state and rollout, three steps move the students as the eager steps do, to
+    the float64 bound of test_one_update's ``_close``. The loss itself is float32 (the
+    targets and the error are, as the rollout is): a mean of at most 96 x 2 terms each
+    program may sum in its own order, so the reported losses agree to 192 x 2^-24."""
+    import rlx.envs
+    from tests.algorithms.test_one_update import _close, _float64
+
+    env_cls = getattr(rlx.envs, env_name)
+    teacher = _small_teacher(tmp_path_factory.getbasetemp() / f"teacher_{env_name}", env_cls)
+    config = dict(teacher=str(teacher), num_envs=16, horizon=16, device="cpu", seed=1, num_sgd_iters=2,
+                  sgd_minibatch_size=96, model_config={"hiddens": [16, 16]}, **extra)
+    eager = DistillationConfig(**config).build(env_cls)
+    compiled = DistillationConfig(**config, compile=True).build(env_cls)
+    assert compiled.compile_fallback is None and compiled.update is compiled.compiled_update
+    assert eager.compiled_update is None and eager.update == eager.minibatch_update
+    _float64(eager, compiled)
+    compiled.load_state_dict(eager.state_dict())
+    compiled.rollout.compiled_loop, compiled.rollout.act_fn = None, compiled.policy.act_step  # collect alike
+    for i in range(3):
+        out = []
+        for algo in (eager, compiled):
+            torch.manual_seed(3 + i)
+            algo.collect()
+            out.append(algo.step())
+        assert out[1]["losses/behavior"] == pytest.approx(out[0]["losses/behavior"], rel=192 * 2**-24)
+    _close(eager, compiled)
+    assert compiled.compiled_update.layouts == 2
+
+
+@pytest.mark.parametrize("extra", [{}, {"num_seeds": 2, "max_grad_norm": 0.5}], ids=["one", "members"])
+def test_the_distillation_step_reads_nothing_back_and_the_same_tensors_every_step(tmp_path_factory, extra: dict) -> None:
+    """``cudagraphs`` captures the student's whole step (``Distillation.update_phase``: the
+    teacher's targets, every epoch's order, the minibatch updates, the statistics). No
+    GPU is in reach here, so this checks on a CPU what a capture needs of it: no host
+    read or upload inside it, and two steps reading the same storages from outside it."""
+    from rlx.core.capture_check import CaptureCheck
+
+    teacher = _small_teacher(tmp_path_factory.getbasetemp() / "teacher_Pendulum", Pendulum)
+    algo = DistillationConfig(teacher=str(teacher), num_envs=16, horizon=16, device="cpu", seed=1, num_sgd_iters=2,
+                              sgd_minibatch_size=96, model_config={"hiddens": [16, 16]}, **extra).build(Pendulum)
+    assert algo.run_update_phase == algo.update_phase  # no CUDA: no graph
+    reads, phase = [], algo.run_update_phase
+
+    def watched():
+        with CaptureCheck() as check:
+            out = phase()
+        assert not check.host_ops, sorted(check.host_ops)
+        reads.append(check.external)
+        return out
+
+    algo.run_update_phase = watched  # step() runs its host part around it as always
+    for _ in range(3):
+        before = [p.detach().clone() for p in algo.policy.parameters()]
+        algo.collect()
+        out = algo.step()
+        assert any(not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters()))
+    assert reads[1] == reads[2], (len(reads[1] ^ reads[2]), len(reads[1]))
+    assert out["losses/behavior"] > 0

@@ -172,3 +172,21 @@ def test_rlx_train_says_which_modes_it_chose(tmp_path) -> None:
     line = next(line for line in out.splitlines() if line.startswith("modes: "))
     assert "compile off (auto: a run of 4.1e+03 env steps; compiling pays past 3e+06 on cpu)" in line
     assert "cudagraphs off (auto: needs a CUDA device, got cpu)" in line
+
+
+def test_a_students_step_compiles_and_captures_on_cuda_only_when_asked() -> None:
+    """Distillation's compiled and captured step is tested on a CPU only so far: on CUDA
+    ``"auto"`` leaves both off, naming it; ``True`` opts in; on a CPU ``"auto"`` compiles
+    a run long enough to pay for it, as PPO's."""
+    from rlx import DistillationConfig
+
+    config = dict(teacher="runs/teacher", num_envs=16, horizon=16)
+    with run_length(10 * COMPILE_PAYS_AFTER["cuda"]):
+        assert resolve_modes(DistillationConfig(**config), CPU, 1, False, captures=True).compile
+        modes = resolve_modes(DistillationConfig(**config), CUDA, 1, False, captures=True)
+    assert not modes.compile and "distillation's step" in modes.notes["compile"]
+    assert not modes.cudagraphs and "distillation's step is captured only with cudagraphs=True" in modes.notes["cudagraphs"]
+    opted = resolve_modes(DistillationConfig(**config, compile=True, cudagraphs=True), CUDA, 1, False, captures=True)
+    assert opted.compile and opted.cudagraphs
+    with pytest.raises(ConfigError, match="DistillationConfig.cudagraphs: cannot be combined with enable_amp"):
+        DistillationConfig(**config, cudagraphs=True, enable_amp=True)

@@ -84,6 +84,8 @@ def test_rsl_rl_5x_and_3x_distillation_fields_map_to_the_rlx_fields_that_do_the_
     assert three.normalize_obs and three.loss_type == "huber" and three.optimizer_cls is torch.optim.AdamW
     assert three.sgd_minibatch_size == 16 * 64  # a gradient_length over the rollout: the whole rollout
     assert three.obs_groups == {"actor": ["policy"], "critic": ["policy"]} and three.num_sgd_iters == 3
+    # torch_compile_mode turns on rlx's compile (the student's whole minibatch update), as for PPO.
+    assert not five.compile and distillation_config_from_rsl_rl({**DISTILL_CFG, "torch_compile_mode": "default"}, 256).compile
 
 
 @pytest.mark.parametrize("change, message", [
@@ -92,6 +94,7 @@ def test_rsl_rl_5x_and_3x_distillation_fields_map_to_the_rlx_fields_that_do_the_
     (lambda c: c["algorithm"].update(bogus=1), "'bogus'\\]: unknown Distillation field"),
     (lambda c: c["student"].update(class_name="RNNModel"), "'RNNModel' is not supported"),
     (lambda c: c["algorithm"].update(optimizer="lion"), "'lion' is not one of"),
+    (lambda c: c.update(torch_compile_mode="reduce-overhead"), "AlgorithmConfig.cudagraphs instead"),
 ])
 def test_a_distillation_field_rlx_cannot_honour_is_refused_by_name(change, message: str) -> None:
     cfg = copy.deepcopy(DISTILL_CFG)
