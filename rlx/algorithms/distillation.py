@@ -34,9 +34,9 @@ import torch
 from torch import Tensor
 
 from rlx.algorithms.base import Algorithm
+from rlx.algorithms.whole_step import WholeStepGraph
 from rlx.core.compiling import CompiledCall, recheck_values
 from rlx.core.config_fields import ConfigError
-from rlx.core.cuda_graphs import GraphedCall
 from rlx.core.stats import Stats
 from rlx.env import OBS
 from rlx.members.optim import adam_state, steps_functionally
@@ -152,7 +152,7 @@ def rsl_rl_teacher(path: str | Path, train_cfg: dict[str, Any], env: Any, device
     return teacher.eval()
 
 
-class Distillation(Algorithm):
+class Distillation(WholeStepGraph, Algorithm):
     """Teacher-student distillation (module docstring); build it with
     ``DistillationConfig(teacher=..., ...).build(env_cls)``."""
 
@@ -211,17 +211,9 @@ class Distillation(Algorithm):
         adam_state(self.optimizer, self._params)
         return self.compiled_update
 
-    def _wrapped_phase(self) -> Callable[[], Stats]:
-        """:meth:`update_phase`, captured whole in a CUDA graph with ``cudagraphs`` (again
-        after each load: a captured graph reads the optimizer state it was captured with)."""
-        if not self.uses_cuda_graphs:
-            return self.update_phase
-        return GraphedCall(self.update_phase, self.device, before_capture=self.drop_grads)
-
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
+        super().load_state_dict(state)  # the step's graph made again (WholeStepGraph)
         self.update = self._wrapped_update()
-        self.run_update_phase = self._wrapped_phase()
 
     def teacher_actions(self, obs: Any) -> Tensor:
         """``[N, *action]`` the teacher's mean actions on raw observations."""

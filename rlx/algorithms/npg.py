@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 import torch
 from torch import Tensor, nn
@@ -38,9 +38,9 @@ from torch.func import functional_call, grad, vmap
 
 from rlx.core import distributed as rdist
 from rlx.algorithms.base import Algorithm
+from rlx.algorithms.whole_step import WholeStepGraph
 from rlx.algorithms.minibatches import cat_passes, micro_batch_rows, pass_rows, passes
 from rlx.core.compiling import WarmProgram, recheck_values
-from rlx.core.cuda_graphs import GraphedCall
 from rlx.collect.buffer import ACTIONS, ADVANTAGES, LOGP, RETURNS
 from rlx.core.distributions import Distribution
 from rlx.env import OBS
@@ -110,7 +110,7 @@ class NaturalStep(NamedTuple):
     backtracks: Tensor  #: line-search backtracks taken (-1: rejected; 0 without line search)
 
 
-class NPG(Algorithm):
+class NPG(WholeStepGraph, Algorithm):
     """NPG / TRPO; build it with ``NPGConfig(...).build(env_cls)``."""
 
     config: NPGConfig
@@ -280,17 +280,6 @@ class NPG(Algorithm):
         self.members.add_activity(stats)
         stats.add("params/finite", self._params_finite(), "min")
         return stats
-
-    def _wrapped_phase(self) -> Callable[[], Stats]:
-        """:meth:`update_phase`, captured whole in a CUDA graph with ``cudagraphs`` (again
-        after each load: a captured graph reads the optimizer state it was captured with)."""
-        if not self.uses_cuda_graphs:
-            return self.update_phase
-        return GraphedCall(self.update_phase, self.device, before_capture=self.drop_grads)
-
-    def load_state_dict(self, state: dict[str, Any]) -> None:
-        super().load_state_dict(state)
-        self.run_update_phase = self._wrapped_phase()
 
     def natural_step(self, samples: Samples) -> NaturalStep:
         """``θ += step · (F + λ I)⁻¹ g`` on the actor, each member's row of ``[S, P]``, with

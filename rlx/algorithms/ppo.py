@@ -22,6 +22,7 @@ from torchrl.data import Composite
 
 from rlx.core import distributed as rdist
 from rlx.algorithms.base import Algorithm
+from rlx.algorithms.whole_step import WholeStepGraph
 from rlx.core.config_fields import ConfigError
 from rlx.models import split_actor_critic
 from rlx.algorithms.epochs import Epochs
@@ -34,7 +35,7 @@ from rlx.algorithms.symmetry import Symmetry
 from rlx.collect.buffer import ADVANTAGES, LOGP, RETURNS, VALUES
 from rlx.core.compiling import CompiledCall, WarmProgram, compiled, recheck_values
 from rlx.members.optim import adam_state, steps_functionally
-from rlx.core.cuda_graphs import GraphedBatchCall, GraphedCall
+from rlx.core.cuda_graphs import GraphedBatchCall
 from rlx.policy import EvalOutput
 from rlx.core.schedulers import Schedule
 from rlx.algorithms.ppo_losses import PPOLosses, kl_terms, ppo_losses
@@ -54,7 +55,7 @@ LOSS_STATS = {"total": "losses/total", "policy": "losses/policy", "vf": "losses/
               "clip_fraction": "monitors/clip_fraction"}
 
 
-class PPO(Epochs, IntrinsicRewards, Algorithm):
+class PPO(Epochs, IntrinsicRewards, WholeStepGraph, Algorithm):
     """PPO on rlx's shared engine; build it with ``AlgorithmConfig(...).build(env_cls)``."""
 
     config: AlgorithmConfig
@@ -170,12 +171,9 @@ class PPO(Epochs, IntrinsicRewards, Algorithm):
         return self.uses_cuda_graphs and self.config.cudagraphs_scope == "step"
 
     def _wrapped_phase(self) -> Callable[[], tuple[Stats, int]]:
-        """:meth:`update_phase`, captured whole with ``cudagraphs_scope="step"`` (again after
-        each load, as the update)."""
-        if not self.graphs_whole_step:
-            return self.update_phase
-        assert not self.sync_kl_stop  # the graph holds every epoch: the KL stop gates on the device
-        return GraphedCall(self.update_phase, self.device, before_capture=self.drop_grads)
+        # The graph holds every epoch: the KL stop gates on the device.
+        assert not (self.graphs_whole_step and self.sync_kl_stop)
+        return super()._wrapped_phase()
 
     @property
     def needs_tensor_lr(self) -> bool:
@@ -436,9 +434,9 @@ class PPO(Epochs, IntrinsicRewards, Algorithm):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         # Loading replaced the optimizer's state tensors, which a captured update would
-        # go on reading: warm up and capture again at the next step().
+        # go on reading: warm up and capture again at the next step() (the step's graph:
+        # WholeStepGraph).
         self.update = self._wrapped_update()
-        self.run_update_phase = self._wrapped_phase()
         # The entropy coefficient is a function of the restored env-step count.
         self._refresh_entropy_coeff()
 
