@@ -262,26 +262,12 @@ def test_the_distillation_step_reads_nothing_back_and_the_same_tensors_every_ste
     teacher's targets, every epoch's order, the minibatch updates, the statistics). No
     GPU is in reach here, so this checks on a CPU what a capture needs of it: no host
     read or upload inside it, and two steps reading the same storages from outside it."""
-    from rlx.core.capture_check import CaptureCheck
+    from tests.algorithms.test_update_phase import steps_under_capture_check
 
     teacher = _small_teacher(tmp_path_factory.getbasetemp() / "teacher_Pendulum", Pendulum)
     algo = DistillationConfig(teacher=str(teacher), num_envs=16, horizon=16, device="cpu", seed=1, num_sgd_iters=2,
                               sgd_minibatch_size=96, model_config={"hiddens": [16, 16]}, **extra).build(Pendulum)
     assert algo.run_update_phase == algo.update_phase  # no CUDA: no graph
-    reads, phase = [], algo.run_update_phase
-
-    def watched():
-        with CaptureCheck() as check:
-            out = phase()
-        assert not check.host_ops, sorted(check.host_ops)
-        reads.append(check.external)
-        return out
-
-    algo.run_update_phase = watched  # step() runs its host part around it as always
-    for _ in range(3):
-        before = [p.detach().clone() for p in algo.policy.parameters()]
-        algo.collect()
-        out = algo.step()
-        assert any(not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters()))
+    reads, _, out = steps_under_capture_check(algo)
     assert reads[1] == reads[2], (len(reads[1] ^ reads[2]), len(reads[1]))
     assert out["losses/behavior"] > 0

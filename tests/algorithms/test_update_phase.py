@@ -19,6 +19,30 @@ from rlx.core.capture_check import CaptureCheck
 from rlx.envs import CartPole
 
 
+def steps_under_capture_check(algo, steps: int = 3) -> tuple[list, list, dict]:
+    """``steps`` collects and steps of ``algo`` with its ``run_update_phase`` watched by
+    :class:`CaptureCheck` (step() runs its host part around it as always): no host read
+    or upload inside the phase, the parameters moved by every step. Returns the storages
+    each phase read from outside it, each phase's output and the last step's statistics."""
+    reads, outs, phase = [], [], algo.run_update_phase
+
+    def watched():
+        with CaptureCheck() as check:
+            out = phase()
+        assert not check.host_ops, sorted(check.host_ops)
+        reads.append(check.external)
+        outs.append(out)
+        return out
+
+    algo.run_update_phase = watched
+    for _ in range(steps):
+        before = [p.detach().clone() for p in algo.policy.parameters()]
+        algo.collect()
+        stats = algo.step()
+        assert any(not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters()))
+    return reads, outs, stats
+
+
 @pytest.mark.parametrize("extra", [
     {},
     {"target_kl_div": 0.002, "normalize_obs": True, "normalize_rewards": True},
@@ -116,20 +140,8 @@ def test_npgs_update_phase_reads_nothing_back_and_the_same_tensors_every_step(ex
 
     algo = NPGConfig(num_envs=16, horizon=16, device="cpu", seed=0, model_config={"hiddens": [16, 16]},
                      **extra).build(Pendulum)
-    reads, phase = [], algo.run_update_phase
-    assert phase == algo.update_phase  # no CUDA: no graph
-
-    def watched():
-        with CaptureCheck() as check:
-            out = phase()
-        assert not check.host_ops, sorted(check.host_ops)
-        reads.append(check.external)
-        return out
-
-    algo.run_update_phase = watched  # step() runs its host part around it as always
-    for _ in range(3):
-        algo.collect()
-        out = algo.step()
+    assert algo.run_update_phase == algo.update_phase  # no CUDA: no graph
+    reads, _, out = steps_under_capture_check(algo)
     assert reads[1] == reads[2], (len(reads[1] ^ reads[2]), len(reads[1]))
     assert "npg/step_size" in out and "losses/vf" in out
 
@@ -151,21 +163,6 @@ def test_a_recurrent_policys_update_phase_reads_nothing_back_and_the_same_tensor
                                       **extra)
     algo = config.build(CartPole)
     algo.sync_kl_stop = False  # as on CUDA
-    reads, epochs, phase = [], [], algo.run_update_phase
-
-    def watched():
-        with CaptureCheck() as check:
-            out = phase()
-        assert not check.host_ops, sorted(check.host_ops)
-        reads.append(check.external)
-        epochs.append(out[1])
-        return out
-
-    algo.run_update_phase = watched  # step() runs its host part around it as always
-    for _ in range(3):
-        before = [p.detach().clone() for p in algo.policy.parameters()]
-        algo.collect()
-        out = algo.step()
-        assert any(not torch.equal(a, b) for a, b in zip(before, algo.policy.parameters()))
+    reads, phases, out = steps_under_capture_check(algo)
     assert reads[1] == reads[2], (len(reads[1] ^ reads[2]), len(reads[1]))
-    assert epochs == [config.num_sgd_iters] * 3 and "monitors/kl_div" in out
+    assert [epochs for _, epochs in phases] == [config.num_sgd_iters] * 3 and "monitors/kl_div" in out
