@@ -5,6 +5,10 @@ The statistics stay on the device: each minibatch update adds its loss terms and
 into the algorithm's accumulators (``_sums``, ``_kl_max``, zeroed by the step's first
 program), and one function turns them into the step's statistics; the only host sync is
 one per epoch when the KL early stop is on.
+
+With ``compile`` on a CPU the loop over every epoch's minibatches is one program where
+nothing is decided between them (:meth:`Epochs.scan_updates`): the same minibatch update,
+captured once and run by ``scan`` (:mod:`rlx.core.scanned`).
 """
 
 from __future__ import annotations
@@ -14,8 +18,11 @@ from typing import TYPE_CHECKING
 import torch
 from torch import Tensor
 
+from rlx.core import distributed as rdist
 from rlx.core._sync import allowed_sync
+from rlx.core.scanned import ScannedCalls, ScanRefused
 from rlx.core.stats import Stats
+from rlx.members.optim import adam_state
 
 if TYPE_CHECKING:
     from rlx.algorithms.minibatches import Batch
@@ -57,6 +64,8 @@ class Epochs:
         member_epochs = torch.zeros(members.lead, device=self.device) if control is not None else None
         # The epochs the loop runs (on the device): the first, then each begun before the stop.
         sgd_epochs = torch.ones((), device=self.device) if control is not None else None
+        if self.scanned_updates is not None and self._scanned_epochs(batch, orders, N, num_minibatches):
+            return self.finish_statistics(batch, len(orders) * num_minibatches, None), len(orders)
         for e, order in enumerate(orders):
             if control is not None:
                 member_epochs += control.start_epoch()
@@ -82,6 +91,58 @@ class Epochs:
                             break
         epochs = member_epochs.clamp(min=1) if member_epochs is not None else epochs_run
         return self.finish_statistics(batch, epochs * num_minibatches, sgd_epochs), epochs_run
+
+    def scan_updates(self) -> tuple[ScannedCalls | None, str | None]:
+        """What runs every minibatch update of a step as one program with ``compile`` on a
+        CPU (:class:`~rlx.core.scanned.ScannedCalls` over :meth:`minibatch_update`), or
+        ``None`` and why not (``None`` too without a whole compiled update)."""
+        if not self.compiles or self.compile_fallback is not None:
+            return None, None
+        cfg, sizes = self.config, {size for _, size in self.minibatch_bounds()}
+        why = ("a CUDA device (the step's CUDA graph holds the epochs)" if self.device.type != "cpu" else
+               "observations that are not one tensor" if not self.phase_programs else
+               "torch.distributed (the update's all-reduces)" if rdist.is_distributed() else
+               "the KL early stop (a decision after each epoch)" if self.kl_stop is not None else
+               "accumulate_grads (a step every few minibatches)" if cfg.accumulate_grads else
+               "RND (a second optimizer)" if self.rnd is not None else
+               # The LR carried from one minibatch to the next: inductor's C++ wrapper of
+               # that scan crashed (segmentation fault, torch 2.13.0, 2026-11-28).
+               "kl_adaptive_lr_per_minibatch" if cfg.kl_adaptive_lr_per_minibatch else
+               "minibatches of unequal sizes" if len(sizes) > 1 else
+               # Where a minibatch takes several passes its update is long enough that a
+               # call's own cost is lost in it, and the scanned program's C++ (one copy of
+               # the update per pass) compiles for minutes.
+               "minibatches of several micro-batches" if max(sizes) // self.num_seeds > self._micro_units else None)
+        if why is not None:
+            return None, why
+        return ScannedCalls(self.minibatch_update, self.update_tensors, device=self.device), None
+
+    def update_tensors(self) -> list[Tensor]:
+        """Every tensor a minibatch update may read or write besides its minibatch: the
+        model's parameters and buffers, the optimizer's state and tensor LR, and the
+        tensors the algorithm, its members and hyperparameters hold."""
+        found = [*self.policy.parameters(), *self.policy.buffers()]
+        found += [x for column in adam_state(self.optimizer, self._update_params) for x in column]
+        found += [g["lr"] for g in self.optimizer.param_groups if isinstance(g["lr"], Tensor)]
+        for owner in (self, self.members, self.hparams):
+            found += [x for x in vars(owner).values() if isinstance(x, Tensor)]
+        found += list(self.hparams.tensors.values())
+        return found
+
+    def _scanned_epochs(self, batch: Batch, orders: list[Tensor | None], N: int, num_minibatches: int) -> bool:
+        """Every minibatch update of the epochs in ``orders`` as one program
+        (:attr:`scanned_updates`); ``False`` where the update cannot be scanned (the
+        loop then runs them; :attr:`scan_fallback` says why). The minibatches are the
+        equal, consecutive slices of each epoch's order."""
+        whole = torch.arange(N, device=self.device)
+        index = torch.stack([whole if order is None else order for order in orders])
+        index = index.reshape(len(orders) * num_minibatches, -1)
+        try:
+            self.scanned_updates(batch, index)
+        except ScanRefused as e:
+            self.scanned_updates, self.scan_fallback = None, str(e)
+            return False
+        return True
 
     def step_statistics(self, batch: Batch, minibatches_run: Tensor | int, sgd_epochs: Tensor | None) -> Stats:
         """``step()``'s statistics, stacked for the one transfer: the epochs the loop ran

@@ -140,6 +140,9 @@ class PPO(Epochs, IntrinsicRewards, WholeStepGraph, Algorithm):
             # The minibatches run: an int (a value of the layout) or, with the KL early stop, a tensor.
             self.finish_statistics = lambda batch, n, sgd_epochs: finish(n if isinstance(n, int) else None, batch, n,
                                                                          sgd_epochs)
+        #: Every minibatch update of a step as one program (compile on a CPU), or ``None``;
+        #: :attr:`scan_fallback` says why not (``None`` without a whole compiled update).
+        self.scanned_updates, self.scan_fallback = self.scan_updates()
         # The KL pass after the update: inside finish_statistics' program, else a program of its own.
         self.kl_sum = (compiled(self.kl_terms_sum, device=self.device, dynamic=None) if self.compiles and not phases
                        else self.kl_terms_sum)

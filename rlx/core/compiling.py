@@ -107,7 +107,7 @@ def _own_code(fn: Any) -> Any:
 
 
 def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False, autograd: bool = False,
-             cpp_wrapper: bool = True) -> F:
+             cpp_wrapper: bool = True, fullgraph: bool = False) -> F:
     """``torch.compile(fn)`` with :data:`INDUCTOR_OPTIONS` (and on a CPU
     :data:`CPU_INDUCTOR_OPTIONS` and, with :data:`NARROW_PRODUCTS`, the narrow-products
     pass; elsewhere :data:`CUDA_INDUCTOR_OPTIONS`), over a cache of its own; ``device``
@@ -121,7 +121,8 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
     With ``autograd``, dynamo traces autograd inside ``fn`` (``Tensor.backward``,
     ``torch.autograd.grad``: dynamo's ``trace_autograd_ops``, set for its calls only), so a
     function that takes a gradient and steps on it (PPO's minibatch update) compiles as
-    one program rather than breaking at the backward pass."""
+    one program rather than breaking at the backward pass. ``fullgraph``: a graph break
+    raises (a ``scan`` compiles only whole: :mod:`rlx.core.scanned`)."""
     options = dict(INDUCTOR_OPTIONS)
     if torch.device(device).type == "cpu":
         options |= CPU_INDUCTOR_OPTIONS
@@ -133,7 +134,7 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
         options |= CUDA_INDUCTOR_OPTIONS
     if not cpp_wrapper:
         options["cpp_wrapper"] = False
-    program = torch.compile(_own_code(fn), dynamic=dynamic, options=options)
+    program = torch.compile(_own_code(fn), dynamic=dynamic, options=options, fullgraph=fullgraph)
     if not autograd:
         return program  # type: ignore[return-value]
     config = torch._dynamo.config
@@ -198,8 +199,9 @@ class WarmProgram:
     """
 
     def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False,
-                 autograd: bool = False, cpp_wrapper: bool = True) -> None:
-        self.fn = compiled(fn, device=device, dynamic=dynamic, autograd=autograd, cpp_wrapper=cpp_wrapper)
+                 autograd: bool = False, cpp_wrapper: bool = True, fullgraph: bool = False) -> None:
+        self.fn = compiled(fn, device=device, dynamic=dynamic, autograd=autograd, cpp_wrapper=cpp_wrapper,
+                           fullgraph=fullgraph)
         self.device_type = torch.device(device).type
         frame = getattr(self.fn, "program", self.fn)._torchdynamo_orig_callable  # what dynamo runs
         self._owner = getattr(frame, "__self__", None)  # a bound method's instance

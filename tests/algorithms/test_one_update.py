@@ -284,8 +284,54 @@ def test_the_compiled_program_equals_the_uncompiled_one(name: str) -> None:
         algo.collect()
         algo.step()
     _close(eager, compiled)
+    # Equal minibatches and nothing decided between them: every update of the step ran in
+    # one scanned program (rlx.core.scanned), not refused at its capture.
+    assert (compiled.scanned_updates is not None) == (name in SCANNED), (name, compiled.scan_fallback)
     if name == "rnd":
         _rnd_compiles_whole_and_leaves_later_programs_alone(compiled)
+
+
+SCANNED = ("one", "members")
+
+
+def test_the_step_runs_its_updates_as_one_scanned_program_where_it_can_and_says_why_not() -> None:
+    algo = AlgorithmConfig(**BASE, compile=True).build(CartPole)
+    assert algo.scanned_updates is not None and algo.scan_fallback is None
+    assert AlgorithmConfig(**BASE).build(CartPole).scanned_updates is None  # eager: the loop
+    why = {"KL early stop": {"target_kl_div": 0.01}, "accumulate_grads": {"accumulate_grads": True},
+           "unequal": {"sgd_minibatch_size": 192}, "kl_adaptive_lr_per_minibatch": CASES["adaptive_lr_per_minibatch"][2],
+           "RND": CASES["rnd"][2], "several micro-batches": {"micro_batch_size": 48}}
+    for reason, extra in why.items():
+        algo = AlgorithmConfig(**{**BASE, **extra}, compile=True).build(Pendulum)
+        assert algo.scanned_updates is None and reason in algo.scan_fallback, (reason, algo.scan_fallback)
+
+
+def test_the_scanned_updates_follow_a_reload_a_new_lr_and_new_python_values() -> None:
+    """The scanned program takes the tensors it carries from their owners at each step (a
+    reload replaces the optimizer's) and checks the Python values its capture baked in
+    once a step (a config field, Adam's ``eps``), capturing again where one changed: it
+    stays with the eager loop over four steps, in float64."""
+    plain, scanned = (AlgorithmConfig(**BASE, compile=flag).build(CartPole) for flag in (False, True))
+    _float64(plain, scanned)
+    for algo in (plain, scanned):  # collect eagerly in both (the compiled T loop draws other numbers)
+        algo.rollout.act_fn, algo.rollout.value_fn = algo.policy.act_step, algo.policy.value_step
+        algo.rollout.compiled_loop = None
+    scanned.load_state_dict(plain.state_dict())
+    for i in range(4):
+        if i == 2:
+            scanned.load_state_dict(plain.state_dict())
+            for algo in (plain, scanned):
+                algo._set_lr(1e-3)
+        if i == 3:
+            for algo in (plain, scanned):
+                algo.config.clip_param, algo.config.gamma = 0.02, 0.9
+                algo.optimizer.param_groups[0]["eps"] = 1e-3
+        for algo in (plain, scanned):
+            torch.manual_seed(11 + i)
+            algo.collect()
+            algo.step()
+        _close(plain, scanned)
+    assert scanned.scanned_updates is not None, scanned.scan_fallback
 
 
 def _rnd_compiles_whole_and_leaves_later_programs_alone(algo) -> None:
