@@ -4,7 +4,8 @@
 
 vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches) with
 ``compile=True``, one thread, 4 warm-up iterations; then 30 iterations with each of
-``prepare``, ``gather``, ``update``, ``finish_statistics``, ``run_epochs`` and
+``prepare``, ``gather``, ``update``, ``scanned_updates`` (a step's updates as one program,
+where it replaces the gathers and updates), ``finish_statistics``, ``run_epochs`` and
 ``_finish_step`` timed where step() calls them, and the rollout's ``begin``, ``steps``
 (the T loop), ``tail``, ``finish`` and ``report`` where collect() calls them. Prints the
 medians of collect() and step() and each phase's mean time an iteration (and its calls).
@@ -23,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import torch  # noqa: E402
 from ppo_settings import warm_compiled_cartpole  # noqa: E402
 
-PHASES = ("prepare", "gather", "update", "finish_statistics", "run_epochs", "_finish_step")
+PHASES = ("prepare", "gather", "update", "scanned_updates", "finish_statistics", "run_epochs", "_finish_step")
 ROLLOUT_PHASES = ("begin", "steps", "tail", "finish", "report")
 
 
@@ -45,7 +46,8 @@ def main() -> None:
         return call
 
     for name in PHASES:  # instance attributes: step() finds these first
-        setattr(algo, name, timed(name))
+        if getattr(algo, name) is not None:
+            setattr(algo, name, timed(name))
     for name in ROLLOUT_PHASES:
         setattr(algo.rollout, name, timed(name, algo.rollout))
     n, collect, step = 30, [], []
