@@ -70,7 +70,8 @@ class ScannedCalls:
 
     Raises :class:`ScanRefused` (at the capture, before anything is written) where ``fn``
     reads a tensor that is neither a row nor in ``state()``, changes a tensor's shape or
-    a row, or returns a view: the caller then calls ``fn`` in a loop.
+    a row, or returns a view, or where inductor does not compile the scan: the caller
+    then calls ``fn`` in a loop.
     """
 
     def __init__(self, fn: Callable[[dict[str, Tensor]], Any], state: Callable[[], Sequence[Tensor]], *,
@@ -90,13 +91,20 @@ class ScannedCalls:
                 found = None  # a value the capture baked in changed: capture again
             else:
                 found[0].checked = compiling._round
-        if found is None or not self._matches(found[0], state):
+        new = found is None or not self._matches(found[0], state)
+        if new:
             found = self._captures[key] = self._capture(batch, index, state)
         captured, program = found
         carry = [state[i] for i in captured.carry]
         consts = [state[i] for i in captured.consts]
         with torch.no_grad():
-            return program(key, carry, consts, batch, index)
+            if not new:
+                return program(key, carry, consts, batch, index)
+            try:  # the first call compiles, before it runs anything
+                return program(key, carry, consts, batch, index)
+            except Exception as e:  # noqa: BLE001 - a program that does not compile: the loop runs
+                del self._captures[key]
+                raise ScanRefused(f"the scanned program does not compile ({type(e).__name__}: {str(e)[:200]})") from e
 
     @staticmethod
     def _matches(captured: _Captured, state: list[Tensor]) -> bool:

@@ -81,3 +81,27 @@ def test_an_update_reading_a_tensor_outside_its_state_is_refused_and_nothing_is_
         ScannedCalls(toy.update, toy.state, device="cpu")(batch, index)
     for x, y in zip((*toy.state(), toy.sums), before):
         assert torch.equal(x, y)  # the capture's one traced call was put back
+
+
+def test_a_scan_that_does_not_compile_is_refused_before_it_writes(monkeypatch) -> None:
+    """A program inductor cannot build (here a graph break, which a scan's program may not
+    have) raises ScanRefused from its first call, before anything is written."""
+    import rlx.core.scanned as scanned
+
+    def breaking(captured):
+        def program(carry, consts, batch, index):
+            torch._dynamo.graph_break()
+            return (index.sum(),)
+
+        return program
+
+    monkeypatch.setattr(scanned, "_scan_program", breaking)
+    batch, index = _batch()
+    toy = _Toy()
+    before = [x.detach().clone() for x in toy.state()]
+    calls = ScannedCalls(toy.update, toy.state, device="cpu")
+    with pytest.raises(ScanRefused, match="does not compile"):
+        calls(batch, index)
+    assert not calls._captures
+    for x, y in zip(toy.state(), before):
+        assert torch.equal(x, y)
