@@ -562,3 +562,30 @@ def recurrent_compiled_equals_eager(device: str) -> None:
         for key in ("losses/total", "monitors/kl_div"):
             assert stats[1][key] == pytest.approx(stats[0][key], rel=1e-4, abs=1e-9), key
     _close(eager, compiled)
+
+
+@pytest.mark.parametrize("kind", ["a2c", "recurrent"])
+def test_a2c_and_a_recurrent_policy_scan_their_updates_as_eager_runs_them(kind: str) -> None:
+    """A2C's one whole-rollout update (a scan of one) and a recurrent policy's updates
+    over sequences run scanned with ``compile`` and stay with eager in float64 (the bound
+    of the module docstring) over two steps."""
+    from rlx import RecurrentAlgorithmConfig
+
+    if kind == "a2c":
+        cls, config = A2CConfig, dict(num_envs=32, horizon=16, device="cpu", seed=0, model_config={"hiddens": [32, 32]})
+    else:
+        cls, config = RecurrentAlgorithmConfig, dict(
+            num_envs=16, horizon=8, seq_len=4, burn_in=2, device="cpu", seed=0, sgd_minibatch_size=32, num_sgd_iters=3,
+            normalize_obs=True, model_config={"hiddens": [32], "hidden_size": 16, "cell": "lstm"})
+    eager, scanned = cls(**config).build(CartPole), cls(**config, compile=True).build(CartPole)
+    _float64(eager, scanned)
+    scanned.policy.load_state_dict(eager.policy.state_dict())
+    scanned.rollout.act_fn, scanned.rollout.value_fn = scanned.policy.act_step, scanned.policy.value_step
+    scanned.rollout.compiled_loop = None  # collect eagerly in both (the compiled T loop draws other numbers)
+    for i in range(2):
+        for algo in (eager, scanned):
+            torch.manual_seed(11 + i)
+            algo.collect()
+            algo.step()
+        _close(eager, scanned)
+    assert scanned.scanned_updates is not None, scanned.scan_fallback
