@@ -35,7 +35,7 @@ def test_a_compiled_iteration_dispatches_few_eager_ops_and_programs() -> None:
     # (inductor 2.13 fails on a randperm inside a program), 4 item (dynamo's guards on
     # the scaler's 0-d float64 statistics, CPU only), the transfer's 4 and 2 copies. The
     # 16 minibatch updates were one call each; the T loop is 8; the bounds hold.
-    # Then 17 and 12: the 16 updates and the 4 gathers became one scanned program
-    # (rlx.core.scanned), whose index is three eager ops (arange, stack, reshape).
+    # Then 16 and 12: the 16 updates and the 4 gathers became one scanned program
+    # (rlx.core.scanned), whose index is two eager ops (stack, reshape).
     assert counts["programs"] <= 12, counts
     assert counts["eager_ops"] <= 40, counts

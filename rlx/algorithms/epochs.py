@@ -134,8 +134,10 @@ class Epochs:
         (:attr:`scanned_updates`); ``False`` where the update cannot be scanned (the
         loop then runs them; :attr:`scan_fallback` says why). The minibatches are the
         equal, consecutive slices of each epoch's order."""
-        whole = torch.arange(N, device=self.device)
-        index = torch.stack([whole if order is None else order for order in orders])
+        if any(order is None for order in orders):  # the batch's own order (one minibatch, or no shuffle)
+            whole = torch.arange(N, device=self.device)
+            orders = [whole if order is None else order for order in orders]
+        index = torch.stack(orders)
         index = index.reshape(len(orders) * num_minibatches, -1)
         try:
             self.scanned_updates(batch, index)

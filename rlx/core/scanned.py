@@ -41,9 +41,8 @@ class _Captured:
     where each input comes from."""
 
     def __init__(self, graph: torch.fx.GraphModule, roles: list[tuple[str, Any]], written: list[int],
-                 examples: list[Tensor], outputs: int, check: Callable[[dict[str, Any]], bool],
-                 arguments: dict[str, Any]) -> None:
-        self.graph, self.roles, self.written, self.outputs = graph, roles, written, outputs
+                 examples: list[Tensor], check: Callable[[dict[str, Any]], bool], arguments: dict[str, Any]) -> None:
+        self.graph, self.roles, self.written = graph, roles, written
         #: The Python values the capture baked in (dynamo's guards on them) and the call's
         #: arguments to check them on, and the round they were last checked in.
         self.check, self.arguments, self.checked = check, arguments, compiling._round
@@ -167,7 +166,7 @@ class ScannedCalls:
         written = [i for i, info in enumerate(meta.input_info) if info.mutates_data]
         if any(roles[i][0] == "row" for i in written):
             raise ScanRefused("the update writes into its minibatch")
-        captured = _Captured(graph, roles, written, inputs, len(meta.output_info), check, arguments)
+        captured = _Captured(graph, roles, written, inputs, check, arguments)
         return captured, WarmProgram(_scan_program(captured), device=self.device, fullgraph=True,
                                      cpp_wrapper=SCAN_CPP_WRAPPER)
 
