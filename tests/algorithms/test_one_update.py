@@ -317,21 +317,28 @@ def test_the_scanned_updates_follow_a_reload_a_new_lr_and_new_python_values() ->
         algo.rollout.act_fn, algo.rollout.value_fn = algo.policy.act_step, algo.policy.value_step
         algo.rollout.compiled_loop = None
     scanned.load_state_dict(plain.state_dict())
+    _steps_across_a_reload_and_new_values(plain, scanned)
+    assert scanned.scanned_updates is not None, scanned.scan_fallback
+
+
+def _steps_across_a_reload_and_new_values(plain, other) -> None:
+    """Four steps of each, held together (``_close``) after every one: before the third a
+    reload (new optimizer state tensors) and a new LR, before the fourth Python values
+    the programs baked in (the update's, GAE's: config fields, Adam's ``eps``)."""
     for i in range(4):
         if i == 2:
-            scanned.load_state_dict(plain.state_dict())
-            for algo in (plain, scanned):
+            other.load_state_dict(plain.state_dict())
+            for algo in (plain, other):
                 algo._set_lr(1e-3)
         if i == 3:
-            for algo in (plain, scanned):
+            for algo in (plain, other):
                 algo.config.clip_param, algo.config.gamma = 0.02, 0.9
                 algo.optimizer.param_groups[0]["eps"] = 1e-3
-        for algo in (plain, scanned):
+        for algo in (plain, other):
             torch.manual_seed(11 + i)
             algo.collect()
             algo.step()
-        _close(plain, scanned)
-    assert scanned.scanned_updates is not None, scanned.scan_fallback
+        _close(plain, other)
 
 
 def _rnd_compiles_whole_and_leaves_later_programs_alone(algo) -> None:
@@ -379,21 +386,7 @@ def test_the_warm_program_follows_new_minibatch_sizes_and_a_reload() -> None:
         algo.rollout.act_fn, algo.rollout.value_fn = algo.policy.act_step, algo.policy.value_step
         algo.rollout.compiled_loop = None
     compiled.load_state_dict(plain.state_dict())
-    for i in range(4):
-        if i == 2:  # a reload replaces the optimizer's state tensors; a new LR
-            state = plain.state_dict()
-            compiled.load_state_dict(state)
-            for algo in (plain, compiled):
-                algo._set_lr(1e-3)
-        if i == 3:  # Python values the programs baked in (the update's, GAE's), set between steps
-            for algo in (plain, compiled):
-                algo.config.clip_param, algo.config.gamma = 0.02, 0.9
-                algo.optimizer.param_groups[0]["eps"] = 1e-3
-        for algo in (plain, compiled):
-            torch.manual_seed(11 + i)
-            algo.collect()
-            algo.step()
-        _close(plain, compiled)
+    _steps_across_a_reload_and_new_values(plain, compiled)
     assert compiled.compiled_update.layouts == 2 and compiled.compiled_update.program.fallback is None
 
 
