@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import math
+import os
 from typing import Any
 
 import pytest
@@ -12,7 +13,7 @@ from tensordict import TensorDict
 from torchrl.data import Categorical, Composite, Unbounded
 
 from rlx.env import Env
-from rlx.run.threads import AutoThreads, threads_are_set_by_user
+from rlx.run.threads import AutoThreads, threads_are_set_by_user, usable_cores
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,9 +35,25 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
 
     return WorkStealingScheduling(config, log)
 
-# torch's threads kept off the cores other processes use (rlx.run.threads), looked at again
-# between tests at most every 5 s: a suite beside another busy process stays fast.
-_CPU_THREADS = None if threads_are_set_by_user() else AutoThreads()
+
+def _suite_threads() -> AutoThreads | None:
+    """torch's threads for this test process. Under xdist (``-n N``) the workers share the
+    cores: each takes its share, fixed, from the start. A look between tests cannot see a
+    long test's neighbour start compiling, and a small eager network on two OpenMP threads
+    that another process keeps descheduling runs about ten times slower (the shipped
+    pendulum_a2c config's learning test: 19 s alone, 214 s beside the compiling tests).
+    One process: kept off the cores other processes use (rlx.run.threads), looked at
+    again between tests at most every 5 s. A user's ``OMP_NUM_THREADS`` is left alone."""
+    if threads_are_set_by_user():
+        return None
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1:
+        torch.set_num_threads(max(1, usable_cores() // workers))
+        return None
+    return AutoThreads()
+
+
+_CPU_THREADS = _suite_threads()
 
 
 @pytest.fixture(autouse=True)
