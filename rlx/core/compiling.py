@@ -107,7 +107,7 @@ def _own_code(fn: Any) -> Any:
 
 
 def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False, autograd: bool = False,
-             cpp_wrapper: bool = True, fullgraph: bool = False) -> F:
+             cpp_wrapper: bool | str = True, fullgraph: bool = False) -> F:
     """``torch.compile(fn)`` with :data:`INDUCTOR_OPTIONS` (and on a CPU
     :data:`CPU_INDUCTOR_OPTIONS` and, with :data:`NARROW_PRODUCTS`, the narrow-products
     pass; elsewhere :data:`CUDA_INDUCTOR_OPTIONS`), over a cache of its own; ``device``
@@ -117,6 +117,12 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
     called once a step, whose C++ wrapper would be one function of thousands of calls
     that g++ takes many minutes to compile at ``-O3`` (NPG's natural step over 64 passes
     of rows: over 18 minutes, stopped there), for microseconds a call saved.
+    ``cpp_wrapper="separate"``: the C++ wrapper, compiled at ``-O1`` in a file apart from
+    its kernels (still ``-O3``; inductor's ``cpp_wrapper_build_separate``). For a program
+    whose wrapper is large, the scan of a step's updates (:mod:`rlx.core.scanned`): at
+    B = 64 the first iteration took 64.2 s against 84.0 s in one file
+    (``benchmarks/experiments/scan_updates.py --cold``), the warm step 13.03 against
+    12.96 ms (docs/benchmarks.md).
 
     With ``autograd``, dynamo traces autograd inside ``fn`` (``Tensor.backward``,
     ``torch.autograd.grad``: dynamo's ``trace_autograd_ops``, set for its calls only), so a
@@ -134,6 +140,8 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
         options |= CUDA_INDUCTOR_OPTIONS
     if not cpp_wrapper:
         options["cpp_wrapper"] = False
+    elif cpp_wrapper == "separate" and options.get("cpp_wrapper"):
+        options["cpp_wrapper_build_separate"] = True
     program = torch.compile(_own_code(fn), dynamic=dynamic, options=options, fullgraph=fullgraph)
     if not autograd:
         return program  # type: ignore[return-value]
@@ -199,7 +207,7 @@ class WarmProgram:
     """
 
     def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False,
-                 autograd: bool = False, cpp_wrapper: bool = True, fullgraph: bool = False) -> None:
+                 autograd: bool = False, cpp_wrapper: bool | str = True, fullgraph: bool = False) -> None:
         self.fn = compiled(fn, device=device, dynamic=dynamic, autograd=autograd, cpp_wrapper=cpp_wrapper,
                            fullgraph=fullgraph)
         self.device_type = torch.device(device).type

@@ -28,8 +28,9 @@ from rlx.core.compiling import WarmProgram, _cache_entries, _global_state, _own_
 
 __all__ = ["SCAN_CPP_WRAPPER", "ScanRefused", "ScannedCalls"]
 
-#: Whether a scan's program has inductor's C++ wrapper on a CPU.
-SCAN_CPP_WRAPPER = True
+#: A scan's program on a CPU: inductor's C++ wrapper, compiled apart from its kernels
+#: (``"separate"``: :func:`rlx.core.compiling.compiled`), which halves its first compile.
+SCAN_CPP_WRAPPER: bool | str = "separate"
 
 
 class ScanRefused(RuntimeError):
