@@ -40,8 +40,8 @@ def _suite_threads() -> AutoThreads | None:
     """torch's threads for this test process. Under xdist (``-n N``) the workers share the
     cores: each takes its share, fixed, from the start. A look between tests cannot see a
     long test's neighbour start compiling, and a small eager network on two OpenMP threads
-    that another process keeps descheduling runs about ten times slower (the shipped
-    pendulum_a2c config's learning test: 19 s alone, 214 s beside the compiling tests).
+    that another process keeps descheduling runs about ten times slower (measured in
+    docs/contributing.md).
     One process: kept off the cores other processes use (rlx.run.threads), looked at
     again between tests at most every 5 s. A user's ``OMP_NUM_THREADS`` is left alone."""
     if threads_are_set_by_user():

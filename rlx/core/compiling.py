@@ -118,11 +118,9 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
     that g++ takes many minutes to compile at ``-O3`` (NPG's natural step over 64 passes
     of rows: over 18 minutes, stopped there), for microseconds a call saved.
     ``cpp_wrapper="separate"``: the C++ wrapper, compiled at ``-O1`` in a file apart from
-    its kernels (still ``-O3``; inductor's ``cpp_wrapper_build_separate``). For a program
-    whose wrapper is large, the scan of a step's updates (:mod:`rlx.core.scanned`): at
-    B = 64 the first iteration took 64.2 s against 84.0 s in one file
-    (``benchmarks/experiments/scan_updates.py --cold``), and the warm step as fast as
-    before (13.08 ms, 1.093x the loop's, against 13.07 ms, 1.095x; docs/benchmarks.md).
+    its kernels (still ``-O3``; inductor's ``cpp_wrapper_build_separate``), for a program
+    whose wrapper is large (the scan of a step's updates, :mod:`rlx.core.scanned`): a
+    shorter first compile, the same warm time (measured in docs/benchmarks.md).
 
     With ``autograd``, dynamo traces autograd inside ``fn`` (``Tensor.backward``,
     ``torch.autograd.grad``: dynamo's ``trace_autograd_ops``, set for its calls only), so a

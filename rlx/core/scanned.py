@@ -29,7 +29,7 @@ from rlx.core.compiling import WarmProgram, _cache_entries, _global_state, _own_
 __all__ = ["SCAN_CPP_WRAPPER", "ScanRefused", "ScannedCalls"]
 
 #: A scan's program on a CPU: inductor's C++ wrapper, compiled apart from its kernels
-#: (``"separate"``: :func:`rlx.core.compiling.compiled`), which halves its first compile.
+#: (``"separate"``: :func:`rlx.core.compiling.compiled`), for a shorter first compile.
 SCAN_CPP_WRAPPER: bool | str = "separate"
 
 
