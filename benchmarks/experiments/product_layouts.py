@@ -1,0 +1,129 @@
+"""Small products in CPU programs: a layer's weight copied into the layout MKL multiplies
+fastest, and the smallest products written as sums.
+
+    python benchmarks/experiments/product_layouts.py [--part products iteration] [--num-envs 64 1024]
+        [--rounds 8]
+
+``torch.nn.Linear`` keeps its weight as ``[out, in]`` and multiplies ``x @ Wᵀ``, a
+product whose second operand is a transposed view. MKL's single-precision product
+(one thread, as torch 2.13 ships it) takes another kernel for that layout, which on
+small matrices is markedly slower than the same product with a contiguous second operand.
+
+``products``: ``torch.mm`` in each layout of its two operands (N: contiguous, T: a
+transposed view) for the shapes of vs_jax.py's CartPole PPO, median microseconds a call.
+
+``iteration``: vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches,
+``compile=True``, one thread) built with :class:`rlx.core.narrow_products.NarrowProducts`
+as rlx runs it and without its ``contiguous_weights`` and ``summed_products`` (as before
+them), each side built twice, all four warmed and timed in one process in rotating blocks
+of 3 iterations: ms an iteration, the median of each side's blocks. Results:
+``benchmarks/experiments/results/product_layouts.jsonl``. See docs/benchmarks.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+SHAPES = [(64, 4, 64), (64, 64, 64), (64, 64, 2), (512, 4, 64), (512, 64, 64), (512, 64, 2), (2048, 64, 64),
+          (2048, 4, 64), (64, 512, 64)]
+
+
+def per_call_us(fn, calls: int, rounds: int = 7) -> float:
+    for _ in range(calls // 10 + 1):
+        fn()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls * 1e6)
+    return statistics.median(times)
+
+
+def products() -> list[dict]:
+    import torch
+
+    rows = []
+    for m, k, n in SHAPES:
+        a, at = torch.randn(m, k), torch.randn(k, m).t()
+        b, bt = torch.randn(k, n), torch.randn(n, k).t()
+        out = torch.empty(m, n)
+        calls = 20000 if m * k * n < 1e6 else 2000
+        us = {name: per_call_us(lambda x=x, y=y: torch.mm(x, y, out=out), calls)
+              for name, x, y in (("NN", a, b), ("NT", a, bt), ("TN", at, b), ("TT", at, bt))}
+        row = {"shape": [m, k, n], **{k_: round(v, 2) for k_, v in us.items()}}
+        rows.append(row)
+        print(f"[{m}, {k}] x [{k}, {n}]: " + "  ".join(f"{k_} {v:.2f} us" for k_, v in us.items()), flush=True)
+    return rows
+
+
+def iteration(num_envs: list[int], rounds: int) -> list[dict]:
+    from ppo_settings import PPOSettings
+
+    import rlx.core.narrow_products as narrow
+    from rlx.envs import CartPole
+
+    class Before(narrow.NarrowProducts):
+        contiguous_weights = summed_products = False
+
+    rows = []
+    for B in num_envs:
+        config = PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
+        # Built A, B, B, A: in one process the first algorithm built ran up to 10% slower
+        # in every kernel at B = 1024 (two identical sides: 0.99), so each side is built
+        # once early and once late, and both copies are timed.
+        algos = []
+        for name, pass_cls in (("rlx", narrow.NarrowProducts), ("before", Before), ("before", Before),
+                               ("rlx", narrow.NarrowProducts)):
+            original, narrow.NarrowProducts = narrow.NarrowProducts, pass_cls
+            try:  # programs are made at build and (the T loop's) at the first collect
+                algo = config.build(CartPole)
+                for _ in range(3):
+                    algo.collect()
+                    algo.step()
+            finally:
+                narrow.NarrowProducts = original
+            algos.append((name, algo))
+        wall: dict[str, list[float]] = {"rlx": [], "before": []}
+        for r in range(rounds):
+            for name, algo in algos[r % 4:] + algos[:r % 4]:
+                start = time.perf_counter()
+                for _ in range(3):
+                    algo.collect()
+                    algo.step()
+                wall[name].append((time.perf_counter() - start) / 3 * 1e3)
+        ms = {name: statistics.median(times) for name, times in wall.items()}
+        row = {"num_envs": B, "rlx_ms": round(ms["rlx"], 2), "before_ms": round(ms["before"], 2),
+               "speedup": round(ms["before"] / ms["rlx"], 3), "rounds": rounds}
+        rows.append(row)
+        print(f"B={B:>5}: with the copies and sums {ms['rlx']:.2f} ms, without {ms['before']:.2f} ms an iteration "
+              f"({row['speedup']:.3f}x)", flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--part", nargs="+", choices=["products", "iteration"], default=["products", "iteration"])
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 1024])
+    parser.add_argument("--rounds", type=int, default=8)
+    args = parser.parse_args()
+    import torch
+    from common import EXPERIMENT_RESULTS, append_results, results_path
+
+    torch.set_num_threads(1)
+    rows = []
+    if "products" in args.part:
+        rows += [{"part": "products", **r} for r in products()]
+    if "iteration" in args.part:
+        rows += [{"part": "iteration", **r} for r in iteration(args.num_envs, args.rounds)]
+    append_results(results_path("product_layouts", EXPERIMENT_RESULTS), rows, threads=1)
+
+
+if __name__ == "__main__":
+    main()
