@@ -55,7 +55,7 @@ def products() -> list[dict]:
         b, bt = torch.randn(k, n), torch.randn(n, k).t()
         out = torch.empty(m, n)
         calls = 20000 if m * k * n < 1e6 else 2000
-        us = {name: per_call_us(lambda x=x, y=y: torch.mm(x, y, out=out), calls)
+        us = {name: per_call_us(lambda x=x, y=y, out=out: torch.mm(x, y, out=out), calls)
               for name, x, y in (("NN", a, b), ("NT", a, bt), ("TN", at, b), ("TT", at, bt))}
         row = {"shape": [m, k, n], **{k_: round(v, 2) for k_, v in us.items()}}
         rows.append(row)
