@@ -22,14 +22,15 @@ kernel reorders a float32 sum). Transposes are views: nothing is copied.
 Two more rewrites, for products of 16 to :data:`SMALL_ROWS` rows (a T loop's step, a
 minibatch update at small B). A linear layer multiplies ``x Wᵀ``, whose second operand is
 a transposed view, and MKL takes a slower kernel for that layout (one thread, Intel Xeon,
-``python benchmarks/experiments/product_layouts.py --part products``: 13.4 against 7.2 us
-for ``[64, 64] x [64, 64]``, 41.9 against 35.8 us at 512 rows):
+timed alone: 13.4 against 7.2 us for ``[64, 64] x [64, 64]``, 41.9 against 35.8 us at 512
+rows; ``python benchmarks/experiments/product_layouts.py --part products``):
 :func:`copy_transposed_operands` gives the product a contiguous copy of ``Wᵀ``, one per
 program. And a product whose MKL call costs more than its arithmetic (a 4-input first
 layer, 7 us at 512 rows; a 2-output head, 14 us) becomes elementwise products and a sum
 (:func:`sum_small_products`), which inductor fuses with the bias, the ``tanh`` and the
-log-softmax around it. vs_jax's B = 64 iteration ran 1.07-1.08x faster with both;
-measured in docs/benchmarks.md, where larger products ran slower with them.
+log-softmax around it. vs_jax's B = 64 iteration ran 1.07x faster with both
+(``product_layouts.py --part iteration``); larger products ran slower with them
+(docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -58,8 +59,8 @@ SUMMED_COLUMNS, SUMMED_COLUMN_TERMS, SUMMED_TERMS = 2, 256, 8
 #: 1024 to 4096 rows, ran slower with either (docs/benchmarks.md), though MKL alone
 #: multiplies those shapes faster with a contiguous ``Wᵀ``.
 SMALL_ROWS = 512
-#: The fewest rows a product needs for its transposed operand to be copied: below, the
-#: copy costs about what the layout saves.
+#: The fewest rows a product needs for its transposed operand to be copied: at a few
+#: rows MKL is as fast or faster on the view (``[2, 512] x [512, 64]``: 4.5 against 5.3 us).
 MIN_ROWS = 16
 _permute = torch.ops.aten.permute.default
 
