@@ -146,6 +146,22 @@ def jax_on_cpu_threads(threads: int) -> list[int] | None:
     return cpus
 
 
+def per_call_us(fn: Callable[[], Any], calls: int, rounds: int) -> float:
+    """Microseconds a call of ``fn``: 10 warm-up calls, then the median over ``rounds``
+    blocks of ``calls`` calls."""
+    import statistics
+
+    for _ in range(10):
+        fn()
+    times = []
+    for _ in range(rounds):
+        start = time.perf_counter()
+        for _ in range(calls):
+            fn()
+        times.append((time.perf_counter() - start) / calls)
+    return 1e6 * statistics.median(times)
+
+
 def interleaved_ms(sides: dict[str, Any], rounds: int, iterations: int, iteration: Callable[[Any], float]) -> dict[str, float]:
     """Two or more ways of running the same work, timed side by side in one process:
     ``rounds + 1`` rounds (the first warms up and is not kept), in each a block of

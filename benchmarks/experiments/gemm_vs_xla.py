@@ -18,24 +18,10 @@ only. Needs the ``jax`` extra. Results:
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-
-def per_call_us(fn, calls: int, rounds: int) -> float:
-    for _ in range(10):
-        fn()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls)
-    return 1e6 * statistics.median(times)
 
 
 def main() -> None:
@@ -50,7 +36,7 @@ def main() -> None:
     jax_on_cpu_threads(args.threads)
     import jax
     import torch
-    from common import EXPERIMENT_RESULTS, append_results, results_path
+    from common import EXPERIMENT_RESULTS, append_results, per_call_us, results_path
 
     torch.set_num_threads(args.threads)
     rows_out = []

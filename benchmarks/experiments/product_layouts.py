@@ -15,8 +15,9 @@ transposed view) for the shapes of vs_jax.py's CartPole PPO, median microseconds
 ``iteration``: vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches,
 ``compile=True``, one thread) built with :class:`rlx.core.narrow_products.NarrowProducts`
 as rlx runs it and without its ``contiguous_weights`` and ``summed_products`` (as before
-them), each side built twice, all four warmed and timed in one process in rotating blocks
-of 3 iterations: ms an iteration, the median of each side's blocks. Results:
+them), each side built twice (A, B, B, A: the first built runs slower at B = 1024), all
+four warmed and timed in one process by ``common.interleaved_ms`` in blocks of 3
+iterations: ms an iteration, the mean of each side's two copies. Results:
 ``benchmarks/experiments/results/product_layouts.jsonl``. See docs/benchmarks.md.
 """
 
@@ -34,20 +35,9 @@ SHAPES = [(64, 4, 64), (64, 64, 64), (64, 64, 2), (512, 4, 64), (512, 64, 64), (
           (2048, 4, 64), (64, 512, 64)]
 
 
-def per_call_us(fn, calls: int, rounds: int = 7) -> float:
-    for _ in range(calls // 10 + 1):
-        fn()
-    times = []
-    for _ in range(rounds):
-        start = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        times.append((time.perf_counter() - start) / calls * 1e6)
-    return statistics.median(times)
-
-
 def products() -> list[dict]:
     import torch
+    from common import per_call_us
 
     rows = []
     for m, k, n in SHAPES:
@@ -55,7 +45,7 @@ def products() -> list[dict]:
         b, bt = torch.randn(k, n), torch.randn(n, k).t()
         out = torch.empty(m, n)
         calls = 20000 if m * k * n < 1e6 else 2000
-        us = {name: per_call_us(lambda x=x, y=y, out=out: torch.mm(x, y, out=out), calls)
+        us = {name: per_call_us(lambda x=x, y=y, out=out: torch.mm(x, y, out=out), calls, rounds=7)
               for name, x, y in (("NN", a, b), ("NT", a, bt), ("TN", at, b), ("TT", at, bt))}
         row = {"shape": [m, k, n], **{k_: round(v, 2) for k_, v in us.items()}}
         rows.append(row)
@@ -64,10 +54,17 @@ def products() -> list[dict]:
 
 
 def iteration(num_envs: list[int], rounds: int) -> list[dict]:
+    from common import interleaved_ms
     from ppo_settings import PPOSettings
 
     import rlx.core.narrow_products as narrow
     from rlx.envs import CartPole
+
+    def timed_iteration(algo) -> float:
+        start = time.perf_counter()
+        algo.collect()
+        algo.step()
+        return time.perf_counter() - start
 
     class Before(narrow.NarrowProducts):
         contiguous_weights = summed_products = False
@@ -78,9 +75,9 @@ def iteration(num_envs: list[int], rounds: int) -> list[dict]:
         # Built A, B, B, A: in one process the first algorithm built ran up to 10% slower
         # in every kernel at B = 1024 (two identical sides: 0.99), so each side is built
         # once early and once late, and both copies are timed.
-        algos = []
-        for name, pass_cls in (("rlx", narrow.NarrowProducts), ("before", Before), ("before", Before),
-                               ("rlx", narrow.NarrowProducts)):
+        sides = {}
+        for name, pass_cls in (("rlx built first", narrow.NarrowProducts), ("before built first", Before),
+                               ("before built last", Before), ("rlx built last", narrow.NarrowProducts)):
             original, narrow.NarrowProducts = narrow.NarrowProducts, pass_cls
             try:  # programs are made at build and (the T loop's) at the first collect
                 algo = config.build(CartPole)
@@ -89,16 +86,10 @@ def iteration(num_envs: list[int], rounds: int) -> list[dict]:
                     algo.step()
             finally:
                 narrow.NarrowProducts = original
-            algos.append((name, algo))
-        wall: dict[str, list[float]] = {"rlx": [], "before": []}
-        for r in range(rounds):
-            for name, algo in algos[r % 4:] + algos[:r % 4]:
-                start = time.perf_counter()
-                for _ in range(3):
-                    algo.collect()
-                    algo.step()
-                wall[name].append((time.perf_counter() - start) / 3 * 1e3)
-        ms = {name: statistics.median(times) for name, times in wall.items()}
+            sides[name] = algo
+        ms = interleaved_ms(sides, rounds, 3, timed_iteration)
+        ms = {side: statistics.mean(ms[f"{side} {copy}"] for copy in ("built first", "built last"))
+              for side in ("rlx", "before")}
         row = {"num_envs": B, "rlx_ms": round(ms["rlx"], 2), "before_ms": round(ms["before"], 2),
                "speedup": round(ms["before"] / ms["rlx"], 3), "rounds": rounds}
         rows.append(row)
