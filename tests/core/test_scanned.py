@@ -105,3 +105,26 @@ def test_a_scan_that_does_not_compile_is_refused_before_it_writes(monkeypatch) -
     assert not calls._captures
     for x, y in zip(toy.state(), before):
         assert torch.equal(x, y)
+
+
+def test_a_scan_is_loaded_from_inductors_cache_and_a_changed_update_is_not() -> None:
+    """rlx marks torch's ``scan`` cacheable (rlx.core.compiling): a second scan of the same
+    update (another instance, its own dynamo cache) is loaded from inductor's cache and
+    computes what the first did, bit for bit; an update that differs only in a value
+    baked into its body (the LR) is not served the first one's program."""
+    from torch._dynamo.utils import counters
+
+    batch, index = _batch()
+    first, second, looped = _Toy(), _Toy(), _Toy()
+    ScannedCalls(first.update, first.state, device="cpu")(batch, index)
+    before = dict(counters["inductor"])
+    ScannedCalls(second.update, second.state, device="cpu")(batch, index)
+    delta = {k: counters["inductor"][k] - before.get(k, 0) for k in ("fxgraph_cache_hit", "fxgraph_cache_bypass")}
+    assert delta == {"fxgraph_cache_hit": 1, "fxgraph_cache_bypass": 0}
+    for x, y in zip(first.state(), second.state()):
+        assert torch.equal(x, y)
+    changed = _Toy()
+    changed.lr = looped.lr = 0.07
+    ScannedCalls(changed.update, changed.state, device="cpu")(batch, index)
+    _loop(looped, batch, index)
+    _assert_same(looped, changed)
