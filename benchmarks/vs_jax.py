@@ -121,6 +121,8 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
                         torch.cuda.synchronize()
                     wall = time.perf_counter() - start
                     precision = "tf32" if device == "cuda" and torch.backends.cuda.matmul.allow_tf32 else "float32"
+                    print(f"  round {r}: {mode} {iters * B * T / wall:,.0f} env steps/s"
+                          + (f" (JAX {per_round['jax'][-1]['steps_per_s']:,.0f})" if jax_side else ""), flush=True)
                     per_round.setdefault(mode, []).append({"steps_per_s": iters * B * T / wall, "compile_s": first_s,
                                                            "return": last_finite_mean(returns),
                                                            "precision": precision + ("+amp" if "amp" in mode else "")})
