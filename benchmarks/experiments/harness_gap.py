@@ -32,9 +32,7 @@ def main() -> None:
 
         jax_on_cpu_threads(1)
     import torch
-    from ppo_settings import PPOSettings
-
-    from rlx.envs import CartPole
+    from ppo_settings import PPOSettings, warm_compiled_cartpole
 
     torch.set_num_threads(1)
     B, T = args.num_envs, 32
@@ -49,10 +47,7 @@ def main() -> None:
         start = time.perf_counter()
         block(train(jax.random.PRNGKey(0)))
         print(f"JAX: {iters * B * T / (time.perf_counter() - start):,.0f} env steps/s")
-    algo = s.rlx_config("cpu", seed=0, compile=True).build(CartPole)
-    for _ in range(4):
-        algo.collect()
-        algo.step()
+    algo = warm_compiled_cartpole(B, warmups=4)
     blocks, start = [], time.perf_counter()
     for _ in range(8):
         t = time.perf_counter()

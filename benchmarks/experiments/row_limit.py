@@ -31,14 +31,11 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=12)
     args = parser.parse_args()
     os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="rlx_row_limit_")
-    import torch
     from common import interleaved_ms
-    from ppo_settings import PPOSettings
+    from ppo_settings import warm_compiled_cartpole
 
     import rlx.core.narrow_products as narrow
-    from rlx.envs import CartPole
 
-    torch.set_num_threads(1)
     base_rows, limit = narrow.SMALL_ROWS, args.limit
     Base = narrow.NarrowProducts
 
@@ -52,16 +49,12 @@ def main() -> None:
         algo.step()
         return time.perf_counter() - start
 
-    config = PPOSettings(num_envs=args.num_envs, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
     sides = {}
     for name, cls, rows in (("wide first", Wide, limit), ("rlx first", Base, base_rows),
                             ("rlx last", Base, base_rows), ("wide last", Wide, limit)):
         narrow.NarrowProducts, narrow.SMALL_ROWS = cls, rows
         try:  # programs are made at build and at the first calls
-            algo = config.build(CartPole)
-            for _ in range(3):
-                algo.collect()
-                algo.step()
+            algo = warm_compiled_cartpole(args.num_envs, warmups=3)
         finally:
             narrow.NarrowProducts, narrow.SMALL_ROWS = Base, base_rows
         sides[name] = algo
