@@ -2,7 +2,7 @@
 fastest, and the smallest products written as sums.
 
     python benchmarks/experiments/product_layouts.py [--part products iteration] [--num-envs 64 1024]
-        [--rounds 8]
+        [--rounds 8] [--limit 4096]
 
 ``torch.nn.Linear`` keeps its weight as ``[out, in]`` and multiplies ``x @ Wᵀ``, a
 product whose second operand is a transposed view. MKL's single-precision product
@@ -17,7 +17,10 @@ transposed view) for the shapes of vs_jax.py's CartPole PPO, median microseconds
 as rlx runs it and without its ``contiguous_weights`` and ``summed_products`` (as before
 them), each side built twice (A, B, B, A: the first built runs slower at B = 1024), all
 four warmed and timed in one process by ``common.interleaved_ms`` in blocks of 3
-iterations: ms an iteration, the mean of each side's two copies. Results:
+iterations: ms an iteration, the mean of each side's two copies. ``--limit``: instead, the
+pass as rlx runs it up to ``--limit`` rows against its limit
+(:data:`rlx.core.narrow_products.SMALL_ROWS`; at B = 64, 4096 rows reach the collect
+tail's critic pass over 2112 rows and the KL pass over 2048). Results:
 ``benchmarks/experiments/results/product_layouts.jsonl``. See docs/benchmarks.md.
 """
 
@@ -53,12 +56,11 @@ def products() -> list[dict]:
     return rows
 
 
-def iteration(num_envs: list[int], rounds: int) -> list[dict]:
+def iteration(num_envs: list[int], rounds: int, limit: int | None = None) -> list[dict]:
     from common import interleaved_ms
-    from ppo_settings import PPOSettings
+    from ppo_settings import warm_compiled_cartpole
 
     import rlx.core.narrow_products as narrow
-    from rlx.envs import CartPole
 
     def timed_iteration(algo) -> float:
         start = time.perf_counter()
@@ -66,35 +68,40 @@ def iteration(num_envs: list[int], rounds: int) -> list[dict]:
         algo.step()
         return time.perf_counter() - start
 
+    base_rows = narrow.SMALL_ROWS
+
     class Before(narrow.NarrowProducts):
         contiguous_weights = summed_products = False
 
-    rows = []
+    class Wide(narrow.NarrowProducts):
+        def uuid(self):  # another row limit, another program in inductor's cache
+            return (*super().uuid(), limit)
+
+    # Each side: its pass and its row limit; the first is the one the speedup is of.
+    variants = ({"rlx": (narrow.NarrowProducts, base_rows), "before": (Before, base_rows)} if limit is None else
+                {"wide": (Wide, limit), "rlx": (narrow.NarrowProducts, base_rows)})
+    (new, old), rows = variants, []
     for B in num_envs:
-        config = PPOSettings(num_envs=B, horizon=32, minibatches=4).rlx_config("cpu", seed=0, compile=True)
         # Built A, B, B, A: in one process the first algorithm built ran up to 10% slower
         # in every kernel at B = 1024 (two identical sides: 0.99), so each side is built
         # once early and once late, and both copies are timed.
         sides = {}
-        for name, pass_cls in (("rlx built first", narrow.NarrowProducts), ("before built first", Before),
-                               ("before built last", Before), ("rlx built last", narrow.NarrowProducts)):
-            original, narrow.NarrowProducts = narrow.NarrowProducts, pass_cls
-            try:  # programs are made at build and (the T loop's) at the first collect
-                algo = config.build(CartPole)
-                for _ in range(3):
-                    algo.collect()
-                    algo.step()
+        for name, side in ((f"{new} built first", new), (f"{old} built first", old), (f"{old} built last", old),
+                           (f"{new} built last", new)):
+            original = narrow.NarrowProducts
+            narrow.NarrowProducts, narrow.SMALL_ROWS = variants[side]
+            try:  # programs are made at build and (the T loop's) at the first calls
+                sides[name] = warm_compiled_cartpole(B, warmups=3)
             finally:
-                narrow.NarrowProducts = original
-            sides[name] = algo
+                narrow.NarrowProducts, narrow.SMALL_ROWS = original, base_rows
         ms = interleaved_ms(sides, rounds, 3, timed_iteration)
-        ms = {side: statistics.mean(ms[f"{side} {copy}"] for copy in ("built first", "built last"))
-              for side in ("rlx", "before")}
-        row = {"num_envs": B, "rlx_ms": round(ms["rlx"], 2), "before_ms": round(ms["before"], 2),
-               "speedup": round(ms["before"] / ms["rlx"], 3), "rounds": rounds}
+        ms = {side: statistics.mean(ms[f"{side} {copy}"] for copy in ("built first", "built last")) for side in variants}
+        row = {"num_envs": B, f"{new}_ms": round(ms[new], 2), f"{old}_ms": round(ms[old], 2),
+               "speedup": round(ms[old] / ms[new], 3), "rounds": rounds, **({"limit": limit} if limit else {})}
         rows.append(row)
-        print(f"B={B:>5}: with the copies and sums {ms['rlx']:.2f} ms, without {ms['before']:.2f} ms an iteration "
-              f"({row['speedup']:.3f}x)", flush=True)
+        what = "with the copies and sums" if limit is None else f"with the rewrites up to {limit} rows"
+        print(f"B={B:>5}: {what} {ms[new]:.2f} ms, {'without' if limit is None else f'up to {base_rows}'} "
+              f"{ms[old]:.2f} ms an iteration ({row['speedup']:.3f}x)", flush=True)
     return rows
 
 
@@ -103,6 +110,8 @@ def main() -> None:
     parser.add_argument("--part", nargs="+", choices=["products", "iteration"], default=["products", "iteration"])
     parser.add_argument("--num-envs", type=int, nargs="+", default=[64, 1024])
     parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--limit", type=int, default=None,
+                        help="iteration: rlx's pass up to this many rows against rlx's limit (SMALL_ROWS)")
     args = parser.parse_args()
     import torch
     from common import EXPERIMENT_RESULTS, append_results, results_path
@@ -112,7 +121,7 @@ def main() -> None:
     if "products" in args.part:
         rows += [{"part": "products", **r} for r in products()]
     if "iteration" in args.part:
-        rows += [{"part": "iteration", **r} for r in iteration(args.num_envs, args.rounds)]
+        rows += [{"part": "iteration", **r} for r in iteration(args.num_envs, args.rounds, args.limit)]
     append_results(results_path("product_layouts", EXPERIMENT_RESULTS), rows, threads=1)
 
 
