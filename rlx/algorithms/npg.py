@@ -60,6 +60,12 @@ __all__ = ["MAX_CRITIC_PROGRAM_PASSES", "NPG", "split_actor_critic"]
 #: compiled program with ``compile``; more run as a compiled pass's loss each (the program
 #: unrolls its passes, and its compile time grows with them).
 MAX_CRITIC_PROGRAM_PASSES = 8
+#: The natural step's program's wrapper on a CPU (``rlx.core.compiling.compiled``'s
+#: ``cpp_wrapper``): Python. Built apart in C++ (``"separate"``) its first compile was
+#: shorter at one pass and as long at 8, and its warm step slower (docs/performance.md,
+#: ``benchmarks/experiments/npg_wrapper.py``); one C++ file (``True``) over 64 passes did
+#: not compile in 18 minutes.
+NATURAL_STEP_CPP_WRAPPER: bool | str = False
 
 
 class _ActorView(nn.Module):
@@ -154,9 +160,9 @@ class NPG(WholeStepGraph, Algorithm):
         self._critic_update = self.critic_minibatch
         self.warm_programs: tuple[WarmProgram, ...] = ()
         if self.compiles:
-            # Called once a step: its wrapper stays Python (a C++ one over 64 passes took g++
-            # over 18 minutes to compile); so does a critic program's over several passes.
-            natural = WarmProgram(self._natural_step, device=self.device, cpp_wrapper=False)
+            # Called once a step: its wrapper stays Python (NATURAL_STEP_CPP_WRAPPER); so does
+            # a critic program's over several passes.
+            natural = WarmProgram(self._natural_step, device=self.device, cpp_wrapper=NATURAL_STEP_CPP_WRAPPER)
             self._natural_program = lambda samples, index: natural(index is None, samples, index)
             if self.critic_fallback is None:
                 critic = WarmProgram(self.critic_minibatch, device=self.device, autograd=True,
