@@ -253,8 +253,8 @@ GROUPS = {"obs_groups": {"actor": ["policy"], "critic": ["policy", "critic"]}, "
 COMPILED = {"one": (CartPole, {}), "members": (CartPole, {"num_seeds": 3, "member_hparams": {"lr": [1e-4, 3e-4, 1e-3]}}),
             "micro_batches": (CartPole, {"micro_batch_size": 48}),
             # Gradients accumulated over an epoch's calls: a program for the first minibatch
-            # (no gradients yet) and one for the rest (the backward adds to them).
-            "accumulated": (Pendulum, {"accumulate_grads": True}),
+            # (no gradients yet) and one for the rest (the backward adds to them), for one
+            # run (with rsl_rl's LR rule, below) and for members.
             "members_accumulated": (Pendulum, {"num_seeds": 3, "accumulate_grads": True, "target_kl_div": 1e-3}),
             # rsl_rl's rule before each step: the first minibatch's KL, 0 up to rounding,
             # must raise the LR in both (kl_terms is never negative).
