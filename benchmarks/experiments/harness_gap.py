@@ -4,7 +4,9 @@
 
 vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches) with
 ``compile=True``, one thread: built, 4 warm-up iterations, then 8 blocks of 30
-``collect()`` + ``step()`` timed (ms an iteration per block, and env steps/s over all).
+``collect()`` + ``step()`` timed (ms an iteration per block, and env steps/s over all),
+with the share of the wall time the main thread and the whole process spent on a CPU
+(below 1.0 on one pinned CPU: another thread, such as a runtime's spinning workers, took it).
 ``--jax``: first JAX's whole-program PPO for 244 iterations is compiled, called once and
 timed on a second call in the same process, as vs_jax.py does before rlx's side;
 ``--xla-flags``: with vs_jax.py's XLA flags and pinning (``common.jax_on_cpu_threads``).
@@ -48,15 +50,17 @@ def main() -> None:
         block(train(jax.random.PRNGKey(0)))
         print(f"JAX: {iters * B * T / (time.perf_counter() - start):,.0f} env steps/s")
     algo = warm_compiled_cartpole(B, warmups=4)
-    blocks, start = [], time.perf_counter()
+    blocks, start, thread, process = [], time.perf_counter(), time.thread_time(), time.process_time()
     for _ in range(8):
         t = time.perf_counter()
         for _ in range(30):
             algo.collect()
             algo.step()
         blocks.append(1e3 * (time.perf_counter() - t) / 30)
-    rate = 240 * B * T / (time.perf_counter() - start)
-    print(f"rlx: {rate:,.0f} env steps/s; ms an iteration by block: {[round(x, 2) for x in blocks]}")
+    wall = time.perf_counter() - start
+    thread, process = (time.thread_time() - thread) / wall, (time.process_time() - process) / wall
+    print(f"rlx: {240 * B * T / wall:,.0f} env steps/s; ms an iteration by block: {[round(x, 2) for x in blocks]}; "
+          f"CPU time / wall: main thread {thread:.3f}, process {process:.3f}")
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Compiled programs called directly against through dynamo, on a CPU, side by side.
 
-    python benchmarks/experiments/warm_programs.py [--num-envs 64 1024] [--rounds 8] [--iterations 30] [--algo ppo|npg]
+    python benchmarks/experiments/warm_programs.py [--num-envs 64 1024] [--rounds 8] [--iterations 30] [--algo ppo|npg] [--only-scan]
 
 vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches) with
 ``compile=True``, one thread. Two algorithms built with the same seed: one as rlx runs
@@ -14,7 +14,9 @@ warmed up alike, then timed in alternating blocks of ``--iterations`` ``collect(
 the median of the blocks), and their parameters compared bit for bit after the same
 iterations (the draws differ from another process's: each side is seeded before each
 block). ``--algo npg``: Pendulum's NPG (T = 32, critic minibatches of 256 rows), whose
-natural step and critic loss are its own warm programs. Results:
+natural step and critic loss are its own warm programs. ``--only-scan``: only the
+program of PPO's scanned minibatch updates (:mod:`rlx.core.scanned`) on dynamo's path on
+the second side, every other program called directly on both. Results:
 ``benchmarks/experiments/results/warm_programs.jsonl``. See docs/performance.md.
 """
 
@@ -34,6 +36,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=8)
     parser.add_argument("--iterations", type=int, default=30)
     parser.add_argument("--algo", choices=["ppo", "npg"], default="ppo")
+    parser.add_argument("--only-scan", action="store_true")
     args = parser.parse_args()
     import torch
     from common import EXPERIMENT_RESULTS, append_results, interleaved_ms, results_path
@@ -43,8 +46,12 @@ def main() -> None:
     from rlx.envs import CartPole, Pendulum
 
     def programs(algo):
+        scans = [program for _, program in algo.scanned_updates._captures.values()] if getattr(
+            algo, "scanned_updates", None) is not None else []
+        if args.only_scan:
+            return scans
         own = (algo.compiled_update.program, *algo.phase_programs) if args.algo == "ppo" else algo.warm_programs
-        return (*own, algo.rollout.compiled_loop.program, algo.rollout.tail_warm)
+        return (*own, *scans, algo.rollout.compiled_loop.program, algo.rollout.tail_warm)
 
     def timed_iteration(algo) -> float:
         start = time.perf_counter()
@@ -61,8 +68,13 @@ def main() -> None:
             config = NPGConfig(num_envs=B, horizon=32, device="cpu", seed=0, compile=True, critic_minibatch_size=256)
             env = Pendulum
         direct, dynamo = config.build(env), config.build(env)
-        for program in programs(dynamo):
+        for algo in (direct, dynamo):  # its programs made (the scan's at its first step)
+            torch.manual_seed(0)
+            algo.collect()
+            algo.step()
+        for program in programs(dynamo):  # made again through dynamo (from its cache) at the next call
             program._direct = lambda args, kwargs, program=program: program._guarded("timed through dynamo")
+            program.programs.clear()
         sides = {"direct": direct, "dynamo": dynamo}
         iterations = max(2, args.iterations * 64 // B)
         ms = interleaved_ms(sides, args.rounds, iterations, timed_iteration)
@@ -71,7 +83,8 @@ def main() -> None:
         fallback = [p.fallback for p in programs(direct)]
         row = {"algo": args.algo, "num_envs": B, "direct_ms": round(ms["direct"], 2), "dynamo_ms": round(ms["dynamo"], 2),
                "speedup": round(ms["dynamo"] / ms["direct"], 3), "same_parameters": same,
-               "rounds": args.rounds, "iterations": iterations}
+               "rounds": args.rounds, "iterations": iterations,
+               "programs": "scan" if args.only_scan else "all"}
         rows.append(row)
         print(f"B={B:>5}: direct {ms['direct']:.2f} ms, through dynamo {ms['dynamo']:.2f} ms an iteration "
               f"({row['speedup']:.3f}x), parameters bit for bit the same: {same}; fallbacks {fallback}", flush=True)

@@ -187,8 +187,9 @@ class WarmProgram:
     with ``autograd``), which compiles ``fn`` (from inductor's cache where it can); when
     that made one whole graph, later calls with the key run dynamo's compiled code for it
     directly, as a plain function: no frame evaluation, no cache lookup. Of the entry's
-    guards, those on Python values reached from the arguments (``self``'s fields: a
-    config's floats and flags, an optimizer's options, ``None`` or not) are checked at
+    guards, those on Python values reached from the arguments and a closure's free
+    variables (``self``'s fields: a config's floats and flags, an optimizer's options,
+    ``None`` or not) are checked at
     the first call with the key in each round (:func:`recheck_values`: each ``collect()``
     and ``step()``): a value that changed sends the call through dynamo, which compiles
     for it, and each such program is then called directly when its values come back.
@@ -228,6 +229,8 @@ class WarmProgram:
         self._defaults = {p.name: p.default for p in params if p.default is not p.empty}
         #: Whether a call's arguments map to the parameters by position and name alone.
         self._plain = all(p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) for p in params)
+        #: A closure's free variables (a cell's contents are read at each call's check).
+        self._cells = dict(zip(self._func.__code__.co_freevars, self._func.__closure__ or ()))
         #: The compiled programs of each key (layout, grad mode, autocast state): ``[check,
         #: program, round checked]``, the last one to pass first; a call runs the first
         #: whose Python values pass.
@@ -257,14 +260,25 @@ class WarmProgram:
         programs.insert(len(programs) if check is None else 0, [check, program, _round])
         return out
 
+    @property
+    def _free(self) -> dict[str, Any]:
+        free = {}
+        for name, cell in self._cells.items():
+            try:
+                free[name] = cell.cell_contents
+            except ValueError:  # an empty cell: no guard can read it
+                pass
+        return free
+
     def _locals(self, args: tuple, kwargs: dict[str, Any]) -> dict[str, Any]:
-        """The call's arguments by parameter name, as dynamo's guards read them."""
+        """The call's arguments by parameter name, and a closure's free variables by
+        theirs, as dynamo's guards read them (``L[...]``)."""
         owner = () if self._owner is None else (self._owner,)
         if self._plain:
-            return {**self._defaults, **dict(zip(self._names, (*owner, *args))), **kwargs}
+            return {**self._free, **self._defaults, **dict(zip(self._names, (*owner, *args))), **kwargs}
         bound = self._signature.bind(*owner, *args, **kwargs)
         bound.apply_defaults()
-        return dict(bound.arguments)
+        return {**self._free, **bound.arguments}
 
     def _direct(self, args: tuple, kwargs: dict[str, Any]) -> tuple[Callable[..., Any] | None, Callable[..., Any]]:
         """``(check, program)``: dynamo's compiled code for these inputs as a plain function

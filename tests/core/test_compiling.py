@@ -140,6 +140,28 @@ def test_a_warm_program_checks_the_python_values_its_program_baked_in() -> None:
     torch.testing.assert_close(program("rows=4", x), model.scaled(x))
 
 
+def test_a_warm_program_of_a_closure_runs_directly_and_checks_its_free_variables() -> None:
+    """Dynamo reads a closure's free variables as the frame's locals (``L['scale']``):
+    a program made of one (the scanned updates' program is) is called directly, and a
+    changed free value is seen at the round's first call, as a changed argument is."""
+    w, scale = torch.full((3,), 2.0), 1.5
+
+    def scaled(x: torch.Tensor) -> torch.Tensor:
+        return x * w * scale
+
+    x = torch.randn(4, 3)
+    program = WarmProgram(scaled, device="cpu")
+    torch.testing.assert_close(program("rows=4", x), x * 2.0 * 1.5)
+    assert program.fallback is None
+    assert _regions(lambda: program("rows=4", x)) == {"Torch-Compiled Region": 0, "## Call CompiledFxGraph": 1}
+    scale = -3.0
+    recheck_values()
+    torch.testing.assert_close(program("rows=4", x), x * 2.0 * -3.0)
+    w = torch.full((3,), 0.5)  # a tensor of the same shape in the cell: read at each call
+    torch.testing.assert_close(program("rows=4", x), x * 0.5 * -3.0)
+    assert program.fallback is None and [len(e) for e in program.programs.values()] == [2]
+
+
 def test_a_warm_program_compiles_each_layout_and_grad_mode_once() -> None:
     model = Weighted()
     model.w.requires_grad_(True)

@@ -71,6 +71,9 @@ def test_the_scanned_calls_equal_the_loop_and_follow_python_values_between_round
     _loop(looped, batch, index)
     _assert_same(looped, scanned)
     assert len(calls._captures) == 1
+    # The scan's program is called directly, not through dynamo's frame evaluation.
+    ((_, program),) = calls._captures.values()
+    assert program.fallback is None and all(check is not None for check, _, _ in next(iter(program.programs.values())))
 
 
 def test_an_update_reading_a_tensor_outside_its_state_is_refused_and_nothing_is_written() -> None:
