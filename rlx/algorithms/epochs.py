@@ -115,13 +115,18 @@ class Epochs:
                "minibatches of several micro-batches" if max(sizes) // self.num_seeds > self._micro_units else None)
         if why is not None:
             return None, why
+        self._policy_modules = list(self.policy.modules())  # what update_tensors reads
         return ScannedCalls(self.minibatch_update, self.update_tensors, device=self.device), None
 
     def update_tensors(self) -> list[Tensor]:
         """Every tensor a minibatch update may read or write besides its minibatch: the
         model's parameters and buffers, the optimizer's state and tensor LR, and the
-        tensors the algorithm, its members and hyperparameters hold."""
-        found = [*self.policy.parameters(), *self.policy.buffers()]
+        tensors the algorithm, its members and hyperparameters hold. Called at each scanned
+        step: the policy's modules are listed at build (the tree is fixed then), their
+        tensors read from them each time (``Module.parameters()`` walks the tree anew:
+        44 of this function's 73 us at B = 64)."""
+        found = [x for m in self._policy_modules for x in (*m._parameters.values(), *m._buffers.values())
+                 if x is not None]
         found += [x for column in adam_state(self.optimizer, self._update_params) for x in column]
         found += [g["lr"] for g in self.optimizer.param_groups if isinstance(g["lr"], Tensor)]
         for owner in (self, self.members, self.hparams):

@@ -50,7 +50,9 @@ class _Captured:
         #: The state() positions of the carried (written) and the read-only inputs.
         self.carry = [roles[i][1] for i in written]
         self.consts = [where for kind, where in roles if kind == "state" and where not in self.carry]
-        self.signature = [(t.shape, t.dtype, t.device) for t in examples]
+        #: Each state() input's position and the shape, dtype and device it was captured with.
+        self.state_signature = [(where, (t.shape, t.dtype, t.device))
+                                for (kind, where), t in zip(roles, examples) if kind == "state"]
 
 
 class ScannedCalls:
@@ -108,9 +110,9 @@ class ScannedCalls:
 
     @staticmethod
     def _matches(captured: _Captured, state: list[Tensor]) -> bool:
-        positions = [where if kind == "state" else None for kind, where in captured.roles]
-        return all(i is None or (i < len(state) and (state[i].shape, state[i].dtype, state[i].device) == sig)
-                   for i, sig in zip(positions, captured.signature))
+        n = len(state)
+        return all(i < n and (state[i].shape, state[i].dtype, state[i].device) == sig
+                   for i, sig in captured.state_signature)
 
     def _capture(self, batch: dict[str, Tensor], index: Tensor, state: list[Tensor]) -> tuple[_Captured, WarmProgram]:
         from functorch.compile import make_boxed_func
