@@ -123,8 +123,7 @@ class Epochs:
         model's parameters and buffers, the optimizer's state and tensor LR, and the
         tensors the algorithm, its members and hyperparameters hold. Called at each scanned
         step: the policy's modules are listed at build (the tree is fixed then), their
-        tensors read from them each time (``Module.parameters()`` walks the tree anew:
-        44 of this function's 73 us at B = 64)."""
+        tensors read from them each time, without walking the tree again."""
         found = [x for m in self._policy_modules for x in (*m._parameters.values(), *m._buffers.values())
                  if x is not None]
         found += [x for column in adam_state(self.optimizer, self._update_params) for x in column]

@@ -189,10 +189,10 @@ class WarmProgram:
     directly, as a plain function: no frame evaluation, no cache lookup. Of the entry's
     guards, those on Python values reached from the arguments and a closure's free
     variables (``self``'s fields: a config's floats and flags, an optimizer's options,
-    ``None`` or not) are checked at
-    the first call with the key in each round (:func:`recheck_values`: each ``collect()``
-    and ``step()``): a value that changed sends the call through dynamo, which compiles
-    for it, and each such program is then called directly when its values come back.
+    ``None`` or not) are checked at the first call with the key in each round
+    (:func:`recheck_values`: each ``collect()`` and ``step()``): a value that changed
+    sends the call through dynamo, which compiles for it, and each such program is then
+    called directly when its values come back.
     Within a round those values are taken as they were (a check costs 10-60 us on a
     CPU, too much for every one of an iteration's 31 calls), so a Python argument that
     differs from call to call belongs in ``layout``. The guards on tensors, types,
