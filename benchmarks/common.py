@@ -24,7 +24,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: Results of the one-off scripts in ``benchmarks/experiments/``.
 EXPERIMENT_RESULTS = ROOT / "benchmarks" / "experiments" / "results"
 
-__all__ = ["EXPERIMENT_RESULTS", "RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "interleaved_ms", "jax_on_cpu_threads", "results_path",
+__all__ = ["EXPERIMENT_RESULTS", "RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "interleaved_ms", "jax_on_cpu_threads", "paired_blocks", "results_path",
            "run_fields", "train_until"]
 
 
@@ -181,6 +181,22 @@ def interleaved_ms(sides: dict[str, Any], rounds: int, iterations: int, iteratio
             if r:
                 times[name].append(1e3 * statistics.median(block))
     return {name: statistics.median(t) for name, t in times.items()}
+
+
+def paired_blocks(first: Callable[[], float], second: Callable[[], float], blocks: int) -> tuple[list[float], list[float]]:
+    """Two sides timed side by side in ``blocks`` pairs of blocks: each callable runs one
+    block of work and returns the seconds it timed; a pair's two blocks run back to back,
+    and which side goes first alternates from pair to pair (``first`` leads the even
+    pairs). A drift in the machine's speed then reaches both sides of a pair nearly alike,
+    and neither side always follows the other. Returns each side's block times, pair by
+    pair (``first``'s, ``second``'s)."""
+    if blocks < 1:
+        raise ValueError(f"blocks must be at least 1, got {blocks}")
+    times: tuple[list[float], list[float]] = ([], [])
+    for k in range(blocks):
+        for side in ((0, 1) if k % 2 == 0 else (1, 0)):
+            times[side].append((first, second)[side]())
+    return times
 
 
 def results_path(name: str, folder: Path = RESULTS) -> Path:

@@ -1,7 +1,7 @@
 """rlx against a whole-program JAX PPO (PureJaxRL's design), side by side in one run.
 
     python benchmarks/vs_jax.py [--device cpu|cuda] [--num-envs 64 1024 4096] [--minibatches 4 64]
-                                [--modes eager compile] [--rounds 2] [--threads 1]
+                                [--modes eager compile] [--rounds 2] [--threads 1] [--blocks 0]
 
 The same work on both sides: CartPole (gymnasium's dynamics), T = 32, separate 64x64
 tanh actor and critic, 4 epochs, 4 or 64 minibatches, Adam with lr 2.5e-3 and the
@@ -30,7 +30,9 @@ Every row names its matmul precision (``float32``, or ``tf32`` where CUDA's TF32
 are on: JAX's default on these GPUs is TF32 for float32 matmuls).
 
 Medians over rounds; ``rlx / JAX`` is each rlx mode's env steps/s over JAX's from the
-same round. On a CPU, ``--threads 1`` gives each side one thread and one core: XLA's Eigen
+same round. ``--blocks K`` times each round as ``K`` alternating pairs of short blocks
+instead (:func:`run_blocks`: the machine's drift over seconds reaches both sides of a
+pair alike). On a CPU, ``--threads 1`` gives each side one thread and one core: XLA's Eigen
 pool is switched off via ``XLA_FLAGS``, set before JAX is imported, and the process is
 pinned to one CPU (XLA's runtime kept 1.3-1.5 cores busy with the flags alone; rows
 before 2026-11-27's ``pinned_cpus`` field ran unpinned). Needs the ``jax`` extra
@@ -58,16 +60,42 @@ def last_finite_mean(returns: list[float], n: int = 5) -> float:
     return statistics.fmean(finite[-n:]) if finite else math.nan
 
 
+def _built(s, device: str, seed: int, mode: str):
+    """rlx's side of a mode, built and warmed up: the algorithm and its first iteration's
+    seconds (compiling included)."""
+    from rlx.core.cuda_graphs import GRAPH_WARMUPS
+    from rlx.envs import CartPole
+
+    config = s.rlx_config(device, seed=seed, compile="compile" in mode, cudagraphs="cudagraphs" in mode,
+                          amp="amp" in mode, cudagraphs_scope="step" if "-step" in mode else "minibatch")
+    with combo_kernels("+combo" in mode):  # programs are made at build and first calls
+        algo = config.build(CartPole)
+        start = time.perf_counter()
+        algo.collect()
+        algo.step()
+        first_s = time.perf_counter() - start
+        # Warm-up: every CUDA graph captured before the timing (collect's T loop and the
+        # step's graph are called once an iteration: GRAPH_WARMUPS eager calls, then the
+        # capture), and the compiled last-value pass.
+        for _ in range(GRAPH_WARMUPS):
+            algo.collect()
+            algo.step()
+    return algo, first_s
+
+
 def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[str], iterations: int = 0,
-        rounds: int = 1, threads: int = 1, jax_side: bool = True) -> list[dict]:
+        rounds: int = 1, threads: int = 1, jax_side: bool = True, blocks: int = 0) -> list[dict]:
     """The side-by-side rows (one per side, size and minibatch count; medians over rounds).
-    ``jax_side=False`` (JAX not installed) runs rlx alone: its ``vs_jax`` is then NaN."""
+    ``jax_side=False`` (JAX not installed) runs rlx alone: its ``vs_jax`` is then NaN.
+    ``blocks > 0``: each round times each mode against JAX in that many pairs of short
+    blocks (:func:`run_blocks`) instead of one long call each."""
+    if blocks:
+        if not jax_side:
+            raise ValueError("blocks pair rlx's blocks with JAX's: they need the JAX side")
+        return run_blocks(device, num_envs, minibatches, modes, iterations, rounds, threads, blocks)
     import numpy as np
     import torch
     from ppo_settings import PPOSettings
-
-    from rlx.core.cuda_graphs import GRAPH_WARMUPS
-    from rlx.envs import CartPole
 
     if jax_side:
         import jax
@@ -94,21 +122,7 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
                     per_round.setdefault("jax", []).append({"steps_per_s": iters * B * T / wall, "compile_s": compile_s,
                                                             "return": ret, "precision": _jax_precision(device)})
                 for mode in modes:
-                    config = s.rlx_config(device, seed=r, compile="compile" in mode,
-                                          cudagraphs="cudagraphs" in mode, amp="amp" in mode,
-                                          cudagraphs_scope="step" if "-step" in mode else "minibatch")
-                    with combo_kernels("+combo" in mode):  # programs are made at build and first calls
-                        algo = config.build(CartPole)
-                        start = time.perf_counter()
-                        algo.collect()
-                        algo.step()
-                        first_s = time.perf_counter() - start
-                        # Warm-up: every CUDA graph captured before the timing (collect's T loop
-                        # and the step's graph are called once an iteration: GRAPH_WARMUPS eager
-                        # calls, then the capture), and the compiled last-value pass.
-                        for _ in range(GRAPH_WARMUPS):
-                            algo.collect()
-                            algo.step()
+                    algo, first_s = _built(s, device, r, mode)
                     if device == "cuda":
                         torch.cuda.synchronize()
                     returns = []
@@ -139,6 +153,89 @@ def run(device: str, num_envs: list[int], minibatches: list[int], modes: list[st
                 print(f"B={B:>6} mb={nmb:>3} {side:>20} [{row['precision']}]: {rate:>12,.0f} env steps/s  "
                       f"rlx/JAX {ratio:5.2f}  compile/first {row['compile_s']:6.1f} s  return {row['return']:6.1f}",
                       flush=True)
+    return rows
+
+
+def run_blocks(device: str, num_envs: list[int], minibatches: list[int], modes: list[str], iterations: int,
+               rounds: int, threads: int, blocks: int) -> list[dict]:
+    """Each mode against JAX in ``blocks`` pairs of short blocks a round, the sides
+    alternating (:func:`common.paired_blocks`): a block of JAX is one call of its compiled
+    program for ``iterations`` iterations (a whole run from its initial state: the program
+    takes the iteration count as its shape), one of rlx the same number of ``collect()`` +
+    ``step()`` calls (continuing one run). Both sides are warmed up as :func:`run` warms
+    them. ``rlx / JAX`` is the median over every pair of every round of JAX's block time
+    over rlx's (the same env steps); each side's env steps/s the median over the rounds of
+    its total steps over its total time. The machine's speed drifts over seconds (a
+    one-core CPU's blocks of the same work read 16 to 26 ms an iteration within a minute,
+    2026-11-28): pairs a second apart see nearly the same machine, where :func:`run`'s two
+    long calls may not."""
+    import jax
+    import numpy as np
+    import torch
+    from common import paired_blocks
+    from jax_ppo import block, make_train
+    from ppo_settings import PPOSettings
+
+    torch.set_num_threads(threads)
+    T = 32
+    rows = []
+    for B in num_envs:
+        for nmb in minibatches:
+            iters = iterations or max(4, 60_000 // (B * T))
+            s = PPOSettings(num_envs=B, horizon=T, minibatches=nmb)
+            rates: dict[str, list[float]] = {}
+            ratios: dict[str, list[float]] = {}
+            extra: dict[str, dict] = {}
+            for r in range(rounds):
+                start = time.perf_counter()
+                train = make_train(s, iters).lower(jax.random.PRNGKey(r)).compile()
+                extra["jax"] = {"compile_s": time.perf_counter() - start, "precision": _jax_precision(device)}
+                key = jax.random.PRNGKey(r)
+                block(train(key))  # the untimed first call
+                jax_returns: list[float] = []
+
+                def jax_block(train=train, key=key, jax_returns=jax_returns) -> float:
+                    start = time.perf_counter()
+                    _, returns = block(train(key))
+                    wall = time.perf_counter() - start
+                    jax_returns[:] = np.asarray(returns).tolist()
+                    return wall
+
+                for mode in modes:
+                    algo, first_s = _built(s, device, r, mode)
+                    returns: list[float] = []
+
+                    def rlx_block(algo=algo, returns=returns, iters=iters) -> float:
+                        if device == "cuda":
+                            torch.cuda.synchronize()
+                        start = time.perf_counter()
+                        for _ in range(iters):
+                            returns.append(algo.collect()["episodes/return_mean"])
+                            algo.step()
+                        if device == "cuda":
+                            torch.cuda.synchronize()
+                        return time.perf_counter() - start
+
+                    jax_s, rlx_s = paired_blocks(jax_block, rlx_block, blocks)
+                    ratios.setdefault(mode, []).extend(j / x for j, x in zip(jax_s, rlx_s))
+                    rates.setdefault(mode, []).append(blocks * iters * B * T / sum(rlx_s))
+                    rates.setdefault("jax", []).append(blocks * iters * B * T / sum(jax_s))
+                    precision = "tf32" if device == "cuda" and torch.backends.cuda.matmul.allow_tf32 else "float32"
+                    extra[mode] = {"compile_s": first_s, "return": last_finite_mean(returns),
+                                   "precision": precision + ("+amp" if "amp" in mode else "")}
+                    print(f"  round {r}: {mode} {rates[mode][-1]:,.0f} env steps/s (JAX {rates['jax'][-1]:,.0f}), "
+                          f"pairs rlx/JAX {', '.join(f'{j / x:.2f}' for j, x in zip(jax_s, rlx_s))}", flush=True)
+                extra["jax"]["return"] = last_finite_mean(jax_returns)
+            for side, side_rates in rates.items():
+                ratio = statistics.median(ratios[side]) if side in ratios else 1.0
+                row = {"side": side, "device": device, "num_envs": B, "minibatches": nmb, "horizon": T,
+                       "epochs": s.epochs, "iterations": iters, "rounds": rounds, "blocks": blocks,
+                       "protocol": "paired blocks", "precision": extra[side]["precision"], "jax_timed": "warm",
+                       "steps_per_s": round(statistics.median(side_rates)), "vs_jax": round(ratio, 3),
+                       "compile_s": round(extra[side]["compile_s"], 2), "return": round(extra[side]["return"], 1)}
+                rows.append(row)
+                print(f"B={B:>6} mb={nmb:>3} {side:>20} [{row['precision']}]: {row['steps_per_s']:>12,.0f} env steps/s  "
+                      f"rlx/JAX {ratio:5.2f}  ({blocks} pairs of {iters} iterations x {rounds} rounds)", flush=True)
     return rows
 
 
@@ -178,6 +275,9 @@ def main() -> None:
                                  "compile+cudagraphs-step+combo"])
     parser.add_argument("--iterations", type=int, default=0, help="iterations timed per run (default: ~0.5M env steps, at least 4, 10 on CUDA)")
     parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--blocks", type=int, default=0,
+                        help="time each mode against JAX in this many alternating pairs of short blocks a round "
+                             "(--iterations a block; default ~60k env steps, at least 4)")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out", default=None)
     args = parser.parse_args()
@@ -186,7 +286,8 @@ def main() -> None:
         from common import jax_on_cpu_threads
 
         pinned = jax_on_cpu_threads(args.threads)
-    rows = run(args.device, args.num_envs, args.minibatches, args.modes, args.iterations, args.rounds, args.threads)
+    rows = run(args.device, args.num_envs, args.minibatches, args.modes, args.iterations, args.rounds, args.threads,
+               blocks=args.blocks)
     from common import append_results, results_path
 
     out = args.out or results_path(f"vs_jax_{args.device}")

@@ -23,3 +23,22 @@ def test_jax_on_cpu_threads_pins_the_process_to_that_many_cpus():
     before, pinned, after, flags = json.loads(out.stdout.strip().splitlines()[-1])
     assert pinned == after == before[:1]
     assert "--xla_cpu_multi_thread_eigen=false" in flags
+
+
+def test_paired_blocks_alternate_which_side_leads_and_keep_each_sides_times_by_pair():
+    sys.path.insert(0, str(BENCHMARKS))
+    from common import paired_blocks
+
+    order, clock = [], iter(range(1, 100))
+
+    def side(name):
+        def block():
+            order.append(name)
+            return float(next(clock))
+        return block
+
+    a, b = paired_blocks(side("a"), side("b"), 3)
+    assert order == ["a", "b", "b", "a", "a", "b"]
+    assert a == [1.0, 4.0, 5.0] and b == [2.0, 3.0, 6.0]  # pair k's times at index k
+    with pytest.raises(ValueError, match="blocks must be at least 1, got 0"):
+        paired_blocks(side("a"), side("b"), 0)
