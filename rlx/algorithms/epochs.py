@@ -8,7 +8,9 @@ one per epoch when the KL early stop is on.
 
 With ``compile`` on a CPU the loop over every epoch's minibatches is one program where
 nothing is decided between them (:meth:`Epochs.scan_updates`): the same minibatch update,
-captured once and run by ``scan`` (:mod:`rlx.core.scanned`).
+captured once and run by ``scan`` (:mod:`rlx.core.scanned`), and with it the batch, the
+epochs' orders and the statistics, so that all of a step's device work is one program
+(:meth:`Epochs.scanned_phase`).
 """
 
 from __future__ import annotations
@@ -64,8 +66,6 @@ class Epochs:
         member_epochs = torch.zeros(members.lead, device=self.device) if control is not None else None
         # The epochs the loop runs (on the device): the first, then each begun before the stop.
         sgd_epochs = torch.ones((), device=self.device) if control is not None else None
-        if self.scanned_updates is not None and self._scanned_epochs(batch, orders, N, num_minibatches):
-            return self.finish_statistics(batch, len(orders) * num_minibatches, None), len(orders)
         for e, order in enumerate(orders):
             if control is not None:
                 member_epochs += control.start_epoch()
@@ -116,7 +116,40 @@ class Epochs:
         if why is not None:
             return None, why
         self._policy_modules = list(self.policy.modules())  # what update_tensors reads
-        return ScannedCalls(self.minibatch_update, self.update_tensors, device=self.device), None
+        return ScannedCalls(self.minibatch_update, self.update_tensors, device=self.device, before=self._scan_rows,
+                            after=self._scan_statistics), None
+
+    def scanned_phase(self) -> tuple[Stats, int] | None:
+        """All of step()'s device work as one program where :attr:`scanned_updates` runs
+        the updates: the batch (:meth:`prepared_batch`), every epoch's order, every
+        minibatch update and the statistics (:meth:`step_statistics`), with no Python
+        between them. Returns the statistics and the epochs run, or ``None`` where the
+        update cannot be scanned (then :attr:`scan_fallback` says why and the loop runs:
+        the RNG state is as before the call)."""
+        cfg = self.config
+        layout = (cfg.num_sgd_iters, tuple(self.minibatch_bounds()), cfg.shuffle_minibatches)
+        try:
+            return self.scanned_updates.whole(layout), cfg.num_sgd_iters
+        except ScanRefused as e:
+            self.scanned_updates, self.scan_fallback = None, str(e)
+            return None
+
+    def _scan_rows(self) -> tuple[Batch, Tensor]:
+        """The batch and every minibatch's rows (``[epochs x minibatches, rows]``): what the
+        scanned updates run over. The minibatches are the equal, consecutive slices of
+        each epoch's order, drawn as :meth:`run_epochs` draws them."""
+        batch = self.prepared_batch()
+        bounds = self.minibatch_bounds()
+        num_minibatches, N = len(bounds), sum(size for _, size in bounds)
+        orders = [self._epoch_order(N, num_minibatches) for _ in range(self.config.num_sgd_iters)]
+        if any(order is None for order in orders):  # the batch's own order (one minibatch, or no shuffle)
+            whole = torch.arange(N, device=self.device)
+            orders = [whole if order is None else order for order in orders]
+        return batch, torch.stack(orders).reshape(len(orders) * num_minibatches, -1)
+
+    def _scan_statistics(self, batch: Batch) -> Stats:
+        """The statistics of a scanned step: every minibatch of every epoch ran."""
+        return self.step_statistics(batch, self.config.num_sgd_iters * len(self.minibatch_bounds()), None)
 
     def update_tensors(self) -> list[Tensor]:
         """Every tensor a minibatch update may read or write besides its minibatch: the
@@ -132,23 +165,6 @@ class Epochs:
             found += [x for x in vars(owner).values() if isinstance(x, Tensor)]
         found += list(self.hparams.tensors.values())
         return found
-
-    def _scanned_epochs(self, batch: Batch, orders: list[Tensor | None], N: int, num_minibatches: int) -> bool:
-        """Every minibatch update of the epochs in ``orders`` as one program
-        (:attr:`scanned_updates`); ``False`` where the update cannot be scanned (the
-        loop then runs them; :attr:`scan_fallback` says why). The minibatches are the
-        equal, consecutive slices of each epoch's order."""
-        if any(order is None for order in orders):  # the batch's own order (one minibatch, or no shuffle)
-            whole = torch.arange(N, device=self.device)
-            orders = [whole if order is None else order for order in orders]
-        index = torch.stack(orders)
-        index = index.reshape(len(orders) * num_minibatches, -1)
-        try:
-            self.scanned_updates(batch, index)
-        except ScanRefused as e:
-            self.scanned_updates, self.scan_fallback = None, str(e)
-            return False
-        return True
 
     def step_statistics(self, batch: Batch, minibatches_run: Tensor | int, sgd_epochs: Tensor | None) -> Stats:
         """``step()``'s statistics, stacked for the one transfer: the epochs the loop ran

@@ -313,8 +313,12 @@ class PPO(Epochs, IntrinsicRewards, WholeStepGraph, Algorithm):
         the rollout's observations merged into the policy's running statistics.
         Returns the statistics (still on the device) and the epochs run. The host decides
         nothing inside it once the KL early stop gates on the device (``sync_kl_stop``
-        off), so one CUDA graph can hold it whole (``cudagraphs_scope="step"``)."""
-        out = self.run_epochs(self.prepare())
+        off), so one CUDA graph can hold it whole (``cudagraphs_scope="step"``); with
+        scanned updates (``compile`` on a CPU) the batch, the epochs and the statistics
+        are one program (:meth:`scanned_phase`)."""
+        out = self.scanned_phase() if self.scanned_updates is not None else None
+        if out is None:
+            out = self.run_epochs(self.prepare())
         self.update_obs_statistics()
         return out
 

@@ -117,7 +117,7 @@ def _own_code(fn: Any) -> Any:
 
 
 def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False, autograd: bool = False,
-             cpp_wrapper: bool | str = True, fullgraph: bool = False) -> F:
+             cpp_wrapper: bool | str = True, fullgraph: bool = False, eager_random: bool = False) -> F:
     """``torch.compile(fn)`` with :data:`INDUCTOR_OPTIONS` (and on a CPU
     :data:`CPU_INDUCTOR_OPTIONS` and, with :data:`NARROW_PRODUCTS`, the narrow-products
     pass; elsewhere :data:`CUDA_INDUCTOR_OPTIONS`), over a cache of its own; ``device``
@@ -136,7 +136,10 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
     ``torch.autograd.grad``: dynamo's ``trace_autograd_ops``, set for its calls only), so a
     function that takes a gradient and steps on it (PPO's minibatch update) compiles as
     one program rather than breaking at the backward pass. ``fullgraph``: a graph break
-    raises (a ``scan`` compiles only whole: :mod:`rlx.core.scanned`)."""
+    raises (a ``scan`` compiles only whole: :mod:`rlx.core.scanned`). ``eager_random``:
+    the program's random ops draw from torch's generator as eager ones do (inductor's
+    ``fallback_random``), rather than from inductor's own: the same numbers as ``fn``
+    run eagerly (a step's epoch orders, :meth:`rlx.core.scanned.ScannedCalls.whole`)."""
     options = dict(INDUCTOR_OPTIONS)
     if torch.device(device).type == "cpu":
         options |= CPU_INDUCTOR_OPTIONS
@@ -150,6 +153,8 @@ def compiled(fn: F, *, device: torch.device | str, dynamic: bool | None = False,
         options["cpp_wrapper"] = False
     elif cpp_wrapper == "separate" and options.get("cpp_wrapper"):
         options["cpp_wrapper_build_separate"] = True
+    if eager_random:
+        options["fallback_random"] = True
     program = torch.compile(_own_code(fn), dynamic=dynamic, options=options, fullgraph=fullgraph)
     if not autograd:
         return program  # type: ignore[return-value]
@@ -216,9 +221,10 @@ class WarmProgram:
     """
 
     def __init__(self, fn: Callable[..., Any], *, device: torch.device | str, dynamic: bool | None = False,
-                 autograd: bool = False, cpp_wrapper: bool | str = True, fullgraph: bool = False) -> None:
+                 autograd: bool = False, cpp_wrapper: bool | str = True, fullgraph: bool = False,
+                 eager_random: bool = False) -> None:
         self.fn = compiled(fn, device=device, dynamic=dynamic, autograd=autograd, cpp_wrapper=cpp_wrapper,
-                           fullgraph=fullgraph)
+                           fullgraph=fullgraph, eager_random=eager_random)
         self.device_type = torch.device(device).type
         frame = getattr(self.fn, "program", self.fn)._torchdynamo_orig_callable  # what dynamo runs
         self._owner = getattr(frame, "__self__", None)  # a bound method's instance

@@ -11,6 +11,8 @@ into a function of tensors that returns what the update wrote (the parameters, t
 optimizer's state, the step's accumulators), which ``scan`` carries from one minibatch to
 the next inside one inductor program. Nothing is written twice: the traced function is the
 update the eager loop calls, and the test holds the two paths to the same parameters.
+:meth:`ScannedCalls.whole` puts what comes before the scan (the batch and the rows, with
+their random orders) and after it (the statistics) in the same program.
 """
 
 from __future__ import annotations
@@ -77,8 +79,12 @@ class ScannedCalls:
     """
 
     def __init__(self, fn: Callable[[dict[str, Tensor]], Any], state: Callable[[], Sequence[Tensor]], *,
-                 device: torch.device | str) -> None:
+                 device: torch.device | str, before: Callable[[], tuple[dict[str, Tensor], Tensor]] | None = None,
+                 after: Callable[[dict[str, Tensor]], Any] | None = None) -> None:
         self.fn, self.state, self.device = fn, state, torch.device(device)
+        #: What :meth:`whole` runs around the scan, in its program: ``before()`` makes the
+        #: ``(batch, index)`` to scan over, ``after(batch)`` what it returns.
+        self.before, self.after = before, after
         self._captures: dict[tuple, tuple[_Captured, WarmProgram]] = {}
 
     def __call__(self, batch: dict[str, Tensor], index: Tensor) -> tuple[Tensor, ...]:
@@ -87,23 +93,66 @@ class ScannedCalls:
         key = (tuple((k, x.shape, x.dtype) for k, x in batch.items()), index.shape,
                *_global_state(self.device.type))
         state = list(self.state())
-        found = self._captures.get(key)
-        if found is not None and found[0].checked != compiling._round:  # once a round, as a WarmProgram's
-            if not found[0].check(found[0].arguments):
-                found = None  # a value the capture baked in changed: capture again
-            else:
-                found[0].checked = compiling._round
-        new = found is None or not self._matches(found[0], state)
+        found = self._valid(key, state)
+        new = found is None
         if new:
-            found = self._captures[key] = self._capture(batch, index, state)
+            found = self._captures[key] = self._program(self._capture(batch, index, state))
+        return self._run(key, found, state, new, batch, index)
+
+    def whole(self, layout: Any) -> Any:
+        """``after(batch)`` once ``fn`` has run on each row of ``index``, where ``(batch,
+        index) = before()``: all three as one program (what :meth:`__call__` runs between
+        two others, with no Python between them). ``layout`` is the caller's hashable key
+        for what shapes ``before()``'s ``index`` and ``batch`` take (a new one captures
+        again). The first call with a layout runs ``before()`` once as it is, to capture
+        ``fn`` on its first rows, and puts back the RNG state it drew from (what else it
+        writes, the program writes again), so that the program's first run draws the
+        same numbers; the Python values ``before`` and ``after`` read are checked once a
+        round, as a :class:`WarmProgram`'s are. Raises :class:`ScanRefused` as
+        :meth:`__call__` does, with nothing written but what ``before()`` wrote."""
+        if self.before is None or self.after is None:
+            raise ValueError("whole() runs before() and after() around the scan: give both to ScannedCalls")
+        key = ("whole", layout, *_global_state(self.device.type))
+        state = list(self.state())
+        found = self._valid(key, state)
+        new = found is None
+        if new:
+            rng = _rng_state(self.device)
+            try:
+                batch, index = self.before()
+            finally:
+                _set_rng_state(self.device, rng)
+            found = self._captures[key] = self._program(self._capture(batch, index, state), whole=True)
+        return self._run(key, found, state, new)
+
+    def _valid(self, key: tuple, state: list[Tensor]) -> tuple[_Captured, WarmProgram] | None:
+        """The capture of ``key`` where it still holds: the Python values it baked in are
+        as they were (checked once a round, as a WarmProgram's) and ``state()``'s tensors
+        are shaped as captured."""
+        found = self._captures.get(key)
+        if found is not None and found[0].checked != compiling._round:
+            if not found[0].check(found[0].arguments):
+                return None  # a value the capture baked in changed: capture again
+            found[0].checked = compiling._round
+        return found if found is not None and self._matches(found[0], state) else None
+
+    def _program(self, captured: _Captured, *, whole: bool = False) -> tuple[_Captured, WarmProgram]:
+        scanned = _scan_program(captured)
+        # A whole step draws its orders in the program: from torch's generator, as the loop draws them.
+        return captured, WarmProgram(_whole_program(scanned, self.before, self.after) if whole else scanned,
+                                     device=self.device, fullgraph=True, cpp_wrapper=SCAN_CPP_WRAPPER,
+                                     eager_random=whole)
+
+    def _run(self, key: tuple, found: tuple[_Captured, WarmProgram], state: list[Tensor], new: bool,
+             *rows: Any) -> Any:
         captured, program = found
         carry = [state[i] for i in captured.carry]
         consts = [state[i] for i in captured.consts]
         with torch.no_grad():
             if not new:
-                return program(key, carry, consts, batch, index)
+                return program(key, carry, consts, *rows)
             try:  # the first call compiles, before it runs anything
-                return program(key, carry, consts, batch, index)
+                return program(key, carry, consts, *rows)
             except Exception as e:  # noqa: BLE001 - a program that does not compile: the loop runs
                 del self._captures[key]
                 raise ScanRefused(f"the scanned program does not compile ({type(e).__name__}: {str(e)[:200]})") from e
@@ -114,7 +163,7 @@ class ScannedCalls:
         return all(i < n and (state[i].shape, state[i].dtype, state[i].device) == sig
                    for i, sig in captured.state_signature)
 
-    def _capture(self, batch: dict[str, Tensor], index: Tensor, state: list[Tensor]) -> tuple[_Captured, WarmProgram]:
+    def _capture(self, batch: dict[str, Tensor], index: Tensor, state: list[Tensor]) -> _Captured:
         from functorch.compile import make_boxed_func
         from torch._functorch.aot_autograd import aot_module_simplified
         from torch._functorch._aot_autograd.schemas import OutputType
@@ -132,7 +181,7 @@ class ScannedCalls:
             seen["before"] = [x.detach().clone() if isinstance(x, Tensor) else x for x in inputs]
             return aot_module_simplified(graph, inputs, fw_compiler=inference)
 
-        rng = torch.get_rng_state(), (torch.cuda.get_rng_state(self.device) if self.device.type == "cuda" else None)
+        rng = _rng_state(self.device)
         config = torch._dynamo.config
         frame = _own_code(self.fn)
         traced = torch.compile(frame, backend=backend, fullgraph=True, dynamic=False)
@@ -147,9 +196,7 @@ class ScannedCalls:
                     for x, before in zip(seen["inputs"], seen["before"]):
                         if isinstance(x, Tensor):
                             x.copy_(before)
-            torch.set_rng_state(rng[0])
-            if rng[1] is not None:
-                torch.cuda.set_rng_state(rng[1], self.device)
+            _set_rng_state(self.device, rng)
         graph, meta, inputs = seen["graph"], seen["meta"], seen["inputs"]
         _check_functional(meta, graph, inputs, OutputType)
         check, arguments = _value_check(frame, rows)
@@ -169,9 +216,17 @@ class ScannedCalls:
         written = [i for i, info in enumerate(meta.input_info) if info.mutates_data]
         if any(roles[i][0] == "row" for i in written):
             raise ScanRefused("the update writes into its minibatch")
-        captured = _Captured(graph, roles, written, inputs, check, arguments)
-        return captured, WarmProgram(_scan_program(captured), device=self.device, fullgraph=True,
-                                     cpp_wrapper=SCAN_CPP_WRAPPER)
+        return _Captured(graph, roles, written, inputs, check, arguments)
+
+
+def _rng_state(device: torch.device) -> tuple[Tensor, Tensor | None]:
+    return torch.get_rng_state(), (torch.cuda.get_rng_state(device) if device.type == "cuda" else None)
+
+
+def _set_rng_state(device: torch.device, rng: tuple[Tensor, Tensor | None]) -> None:
+    torch.set_rng_state(rng[0])
+    if rng[1] is not None:
+        torch.cuda.set_rng_state(rng[1], device)
 
 
 def _value_check(frame: Any, rows: dict[str, Tensor]) -> tuple[Callable[[dict[str, Any]], bool], dict[str, Any]]:
@@ -232,3 +287,16 @@ def _scan_program(captured: _Captured) -> Callable[..., tuple[Tensor, ...]]:
         return outputs
 
     return scanned
+
+
+def _whole_program(scanned: Callable[..., tuple[Tensor, ...]], before: Callable[[], tuple[dict[str, Tensor], Tensor]],
+                   after: Callable[[dict[str, Tensor]], Any]) -> Callable[..., Any]:
+    """The function :meth:`ScannedCalls.whole`'s program compiles: ``before()``, the scan
+    over its rows, ``after(batch)``."""
+
+    def whole(carry: list[Tensor], consts: list[Tensor]) -> Any:
+        batch, index = before()
+        scanned(carry, consts, batch, index)
+        return after(batch)
+
+    return whole

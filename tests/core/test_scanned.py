@@ -131,3 +131,62 @@ def test_a_scan_is_loaded_from_inductors_cache_and_a_changed_update_is_not() -> 
     ScannedCalls(changed.update, changed.state, device="cpu")(batch, index)
     _loop(looped, batch, index)
     _assert_same(looped, changed)
+
+
+class _Rows:
+    """What ``whole()`` runs around the scan: a batch made from a tensor in the toy's
+    state (so the program reads it at each call), an order drawn from torch's generator,
+    and a statistic of the batch after the updates."""
+
+    def __init__(self, toy: _Toy) -> None:
+        self.toy = toy
+        self.x = torch.randn(128, 3, generator=torch.Generator().manual_seed(2), dtype=torch.float64)
+        self.shift = torch.zeros((), dtype=torch.float64)
+        self.shuffle = True
+
+    def before(self) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+        x = self.x + self.shift
+        batch = {"x": x, "y": x @ torch.tensor([[1.0], [-2.0], [0.5]], dtype=torch.float64) + 0.3}
+        # Sorted uniform draws (as members' orders are drawn): inductor would draw its own.
+        order = torch.rand(128, dtype=torch.float64).argsort() if self.shuffle else torch.arange(128)
+        return batch, order.reshape(8, 16)
+
+    def after(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        return ((self.toy.net(batch["x"]) - batch["y"]) ** 2).mean().detach()
+
+
+def test_whole_runs_before_the_scan_and_after_as_one_program_drawing_what_the_loop_draws() -> None:
+    """``whole()``: ``before()``'s batch and rows, every update, ``after(batch)`` in one
+    program that draws its orders from torch's generator as the eager calls do (not from
+    inductor's own, which a compiled ``rand`` would draw from; the
+    capture's own run of ``before()`` draws nothing that stays drawn), reads the state
+    tensors anew at each call and follows a Python value ``before`` reads, between rounds."""
+    looped, scanned = _Toy(), _Toy()
+    rows_l, rows_s = _Rows(looped), _Rows(scanned)
+    calls = ScannedCalls(scanned.update, lambda: [*scanned.state(), rows_s.shift], device="cpu",
+                         before=rows_s.before, after=rows_s.after)
+    for step in range(3):
+        if step == 2:  # a Python value before() reads, and a state tensor it reads, both changed
+            recheck_values()
+            rows_l.shuffle = rows_s.shuffle = False
+            rows_l.shift.fill_(0.5)
+            rows_s.shift.fill_(0.5)
+        torch.manual_seed(step)
+        got = calls.whole("layout")
+        drawn_s = torch.rand(())  # the generator where the program left it
+        torch.manual_seed(step)
+        batch, index = rows_l.before()
+        _loop(looped, batch, index)
+        want = rows_l.after(batch)
+        assert torch.equal(drawn_s, torch.rand(())), step
+        torch.testing.assert_close(got, want, rtol=1e-12, atol=0)
+        _assert_same(looped, scanned)
+    assert len(calls._captures) == 1
+    ((_, program),) = calls._captures.values()
+    assert program.fallback is None and len(next(iter(program.programs.values()))) == 2  # shuffled, then not
+
+
+def test_whole_needs_before_and_after() -> None:
+    toy = _Toy()
+    with pytest.raises(ValueError, match="give both to ScannedCalls"):
+        ScannedCalls(toy.update, toy.state, device="cpu").whole("layout")
