@@ -220,7 +220,13 @@ class RewardScaler(nn.Module):
         returns: ``[num_envs]`` float32 running discounted return of each env.
 
     Submodules:
-        stats: ``RunningMeanStd(())`` over the recorded discounted returns.
+        stats: ``RunningMeanStd((S,))`` over the recorded discounted returns, ``S =
+            num_seeds`` (``(1,)`` for one run): never 0-d, since torch 2.13's dynamo takes
+            a read-only 0-d float64 CPU tensor as a Python number and restarts its analysis
+            of every compiled program that reads the scale (a second trace and
+            AOTAutograd pass: 7 s of a first compiled step at B = 64, docs/performance.md)
+            and reads it back with an eager ``item()`` at each call. A checkpoint of the 0-d
+            layout loads.
 
     Args:
         num_envs: B, the number of batched envs.
@@ -258,7 +264,8 @@ class RewardScaler(nn.Module):
         #: ``[B]`` each env's gamma (members that differ in it), else ``None``: :meth:`set_gamma`.
         self.gamma_rows: Tensor | None = None
         self.epsilon = float(epsilon)
-        self.stats = RunningMeanStd(member_lead(num_seeds), epsilon=epsilon, device=device, sync_ranks=True)
+        self.stats = RunningMeanStd((self.num_seeds,), epsilon=epsilon, device=device, sync_ranks=True)
+        self._register_load_state_dict_pre_hook(_stats_of_one_member)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
         # Per-rollout scratch, [B, T] each, allocated on the first update and reused while
         # the horizon stays the same. Not persistent: nothing in them outlives a call.
@@ -320,8 +327,8 @@ class RewardScaler(nn.Module):
         return self.stats.updated(self._returns_by_member(history))
 
     def _returns_by_member(self, history: Tensor) -> Tensor:
-        # [B, T] -> [B*T], or with S members [B/S * T, S]: each member's returns are its column
-        return by_member(history.reshape(-1), self.num_seeds, 0)
+        # [B, T] -> [B/S * T, S]: each member's returns are its column
+        return by_member(history.reshape(-1), self.num_seeds, 0).reshape(-1, self.num_seeds)
 
     @staticmethod
     def advance(rewards: Tensor, dones: Tensor, history: Tensor, decay: Tensor, returns: Tensor, gamma: float,
@@ -357,7 +364,7 @@ class RewardScaler(nn.Module):
         self.returns.zero_()
 
     def scale(self) -> Tensor:
-        """The 0-d float32 tensor ``sqrt(stats.var + epsilon)``; 1 before any update.
+        """The float32 ``sqrt(stats.var + epsilon)``, ``[S]`` (0-d for one run); 1 before any update.
 
         While the recorded returns have no spread (variance at most ``epsilon``: every
         return so far was the same, as in a first rollout of T=1 with a constant reward,
@@ -365,7 +372,8 @@ class RewardScaler(nn.Module):
         ``sqrt(epsilon)`` would multiply the rewards by 10^4.
         """
         var = self.stats.var
-        return torch.where(var > self.epsilon, torch.sqrt(var + self.epsilon), 1.0).to(torch.float32)
+        scale = torch.where(var > self.epsilon, torch.sqrt(var + self.epsilon), 1.0).to(torch.float32)
+        return scale.reshape(member_lead(self.num_seeds))
 
     def scale_rewards(self, rewards: Tensor, out: Tensor | None = None) -> Tensor:
         """Rewards divided by :meth:`scale`.
@@ -388,3 +396,12 @@ class RewardScaler(nn.Module):
             self._history = torch.empty(shape, dtype=torch.float32, device=self.returns.device)
             self._decay = torch.empty(shape, dtype=torch.float32, device=self.returns.device)
         return self._history, self._decay
+
+
+def _stats_of_one_member(state_dict: dict, prefix: str, *_: object) -> None:
+    """A :class:`RewardScaler`'s load pre-hook: a one-run checkpoint written while its
+    ``stats.mean`` and ``stats.var`` were 0-d loads into their ``[1]`` layout."""
+    for name in ("stats.mean", "stats.var"):
+        value = state_dict.get(prefix + name)
+        if isinstance(value, Tensor) and value.dim() == 0:
+            state_dict[prefix + name] = value.reshape(1)

@@ -191,7 +191,7 @@ def test_reward_scaler_matches_float64_reference(
     torch.testing.assert_close(scaler.returns.double(), expected_returns, rtol=1e-5, atol=1e-5)
     assert scaler.stats.count.item() == 4 * B * T
     expected_var = torch.tensor(reference.var(), dtype=torch.float64)
-    torch.testing.assert_close(scaler.stats.var, expected_var, rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(scaler.stats.var, expected_var.reshape(1), rtol=1e-5, atol=1e-6)
     expected_scale = torch.sqrt(expected_var + 1e-8).float() if expected_var > 1e-8 else torch.tensor(1.0)
     torch.testing.assert_close(scaler.scale(), expected_scale, rtol=1e-5, atol=1e-6)
 
@@ -217,7 +217,8 @@ def test_compiled_reward_scaler_recursion_matches_float64_reference() -> None:
     torch.testing.assert_close(scaler.returns.double(), torch.tensor(reference.running, dtype=torch.float64),
                                rtol=1e-5, atol=1e-5)
     assert scaler.stats.count.item() == 4 * B * T
-    torch.testing.assert_close(scaler.stats.var, torch.tensor(reference.var(), dtype=torch.float64), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(scaler.stats.var, torch.tensor([reference.var()], dtype=torch.float64), rtol=1e-5,
+                               atol=1e-6)
 
 
 @pytest.mark.parametrize(
@@ -243,7 +244,7 @@ def test_reward_scale_is_one_while_the_returns_have_no_spread(B: int, T: int, ga
     scaler.update(rewards + torch.linspace(0.0, 1.0, B * T).view(B, T, 1), dones)
     var = scaler.stats.var
     assert var.item() > 1e-8
-    torch.testing.assert_close(scaler.scale(), torch.sqrt(var + 1e-8).float(), rtol=0, atol=0)
+    torch.testing.assert_close(scaler.scale(), torch.sqrt(var + 1e-8).float().reshape(()), rtol=0, atol=0)
 
 
 def test_reward_scale_is_one_before_any_update() -> None:
@@ -263,14 +264,14 @@ def test_reward_scale_resets_return_at_episode_end() -> None:
     # Recorded returns: 1, 1 + 0.5 * 1 = 1.5, then the episode ends and the next one
     # starts over at 1. The return carried out of the call is 1 (no done at the end).
     recorded = torch.tensor([1.0, 1.5, 1.0], dtype=torch.float64)
-    torch.testing.assert_close(scaler.stats.mean, recorded.mean(), **TIGHT)
-    torch.testing.assert_close(scaler.stats.var, recorded.var(correction=0), **TIGHT)
+    torch.testing.assert_close(scaler.stats.mean, recorded.mean().reshape(1), **TIGHT)
+    torch.testing.assert_close(scaler.stats.var, recorded.var(correction=0).reshape(1), **TIGHT)
     torch.testing.assert_close(scaler.returns, torch.tensor([1.0]))
     # The next collect continues that episode: 2 + 0.5 * 1 = 2.5; it ends on its last
     # step, so nothing carries into the collect after.
     scaler.update(torch.tensor([[[2.0]]]), torch.tensor([[[True]]]))
     recorded = torch.cat([recorded, torch.tensor([2.5], dtype=torch.float64)])
-    torch.testing.assert_close(scaler.stats.mean, recorded.mean(), **TIGHT)
+    torch.testing.assert_close(scaler.stats.mean, recorded.mean().reshape(1), **TIGHT)
     torch.testing.assert_close(scaler.returns, torch.tensor([0.0]))
 
 
@@ -337,6 +338,22 @@ def test_reward_scaler_state_dict_round_trip_is_exact() -> None:
     target.update(rewards, dones)
     torch.testing.assert_close(target.state_dict(), source.state_dict(), rtol=0, atol=0)
     torch.testing.assert_close(target.scale(), source.scale(), rtol=0, atol=0)
+
+
+def test_a_one_run_checkpoint_with_0d_statistics_loads() -> None:
+    """Before the statistics of one run were ``[1]`` they were 0-d: such a state (a
+    checkpoint of an older rlx) loads into the same values, and the run goes on alike."""
+    g = torch.Generator().manual_seed(11)
+    source = RewardScaler(4, 0.99)
+    source.update(torch.randn(4, 8, 1, generator=g), torch.rand(4, 8, 1, generator=g) < 0.2)
+    old = {k: v.reshape(()) if k in ("stats.mean", "stats.var") else v for k, v in source.state_dict().items()}
+    assert old["stats.var"].dim() == 0
+    target = RewardScaler(4, 0.99)
+    target.load_state_dict(old)
+    torch.testing.assert_close(target.state_dict(), source.state_dict(), rtol=0, atol=0)
+    assert target.stats.var.shape == (1,) and target.scale().shape == ()
+    rewards = torch.randn(4, 8, 1, generator=g)
+    torch.testing.assert_close(target.scale_rewards(rewards), source.scale_rewards(rewards), rtol=0, atol=0)
 
 
 @pytest.mark.gpu

@@ -268,7 +268,7 @@ def test_a_reward_scaler_with_each_envs_gamma_is_each_members_own() -> None:
             one.update(rewards[i * per : (i + 1) * per], dones[i * per : (i + 1) * per])
     for i, one in enumerate(ones):
         torch.testing.assert_close(many.returns[i * per : (i + 1) * per], one.returns, rtol=1e-6, atol=1e-6)
-        torch.testing.assert_close(many.stats.var[i], one.stats.var, rtol=1e-6, atol=1e-7)
+        torch.testing.assert_close(many.stats.var[i : i + 1], one.stats.var, rtol=1e-6, atol=1e-7)
 
 
 def test_member_hyperparameters_resume_exactly_and_move_in_place(resumed_run) -> None:
