@@ -223,10 +223,9 @@ class RewardScaler(nn.Module):
         stats: ``RunningMeanStd((S,))`` over the recorded discounted returns, ``S =
             num_seeds`` (``(1,)`` for one run): never 0-d, since torch 2.13's dynamo takes
             a read-only 0-d float64 CPU tensor as a Python number and restarts its analysis
-            of every compiled program that reads the scale (a second trace and
-            AOTAutograd pass: 7 s of a first compiled step at B = 64, docs/performance.md)
-            and reads it back with an eager ``item()`` at each call. A checkpoint of the 0-d
-            layout loads.
+            of every compiled program that reads the scale (a second trace and AOTAutograd
+            pass, measured in docs/performance.md) and reads it back with an eager
+            ``item()`` at each call. A checkpoint of the 0-d layout loads.
 
     Args:
         num_envs: B, the number of batched envs.
