@@ -25,7 +25,7 @@ from rlx.core.gae import generalized_advantage_estimate_
 from rlx.core.normalization import RewardScaler
 from rlx.policy import Obs, Policy, PolicyBase, flatten_time
 from rlx.algorithms.modes import resolve_modes
-from rlx.collect.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn
+from rlx.collect.rollout import VALUE_PASS_ROWS, ActFn, Rollout, ValueFn, envs_start_afresh
 from rlx.core.compiling import compiled, recheck_values
 from rlx.core.schedulers import Schedule
 from rlx.members import Members
@@ -463,9 +463,8 @@ class Algorithm(MemberValues, ABC):
             self.validate()
         # The rollout itself is not saved: a step() must follow a new collect().
         self._buffered = False
-        saved_envs = state.get("episode_return")  # under torchrun or with another number of envs (a play
-        if self.world_size > 1 or (isinstance(saved_envs, Tensor) and saved_envs.shape[0] != self.num_envs):
-            self._load_per_rank_state_fresh(state)  # script's few): the shared state loads, the envs start afresh
+        if envs_start_afresh(state, self.num_envs, self.world_size):  # the shared state loads, the envs
+            self._load_per_rank_state_fresh(state)  # start afresh
             return
         self.reward_scaler.load_state_dict(state["reward_scaler"])
         self.rollout.load_state_dict(state)

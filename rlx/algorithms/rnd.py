@@ -47,6 +47,7 @@ import torch
 from torch import Tensor, nn
 
 from rlx.algorithms.base import Algorithm
+from rlx.collect.rollout import envs_start_afresh
 from rlx.core import distributed as rdist
 from rlx.core.config_fields import ConfigError, settings_from_dict
 from rlx.core.normalization import RewardScaler, RunningMeanStd
@@ -269,8 +270,15 @@ class RND(nn.Module):
     def extra_state(self) -> dict[str, Any]:
         return {"module": self.state_dict(), "optimizer": self.optimizer.state_dict()}
 
-    def load_extra_state(self, state: Mapping[str, Any]) -> None:
-        self.load_state_dict(state["module"])
+    def load_extra_state(self, state: Mapping[str, Any], *, envs_afresh: bool = False) -> None:
+        """Load :meth:`extra_state`. ``envs_afresh``: the run restarts its envs' per-env
+        state (:func:`~rlx.collect.rollout.envs_start_afresh`), so the intrinsic reward
+        scaler's running returns restart too, as the extrinsic one's do."""
+        module = dict(state["module"])
+        if envs_afresh and self.reward_scaler is not None:
+            del module["reward_scaler.returns"]
+            self.reward_scaler.reset()
+        self.load_state_dict(module, strict=not envs_afresh)
         self.optimizer.load_state_dict(state["optimizer"])
         for p, s in self.optimizer.state.items():  # step counts on the device, as adam_step_ keeps them
             if isinstance(s.get("step"), Tensor):
@@ -340,5 +348,5 @@ class IntrinsicRewards:
     def load_state_dict(self, state: dict[str, Any]) -> None:
         super().load_state_dict(state)
         if self.rnd is not None:
-            self.rnd.load_extra_state(state["rnd"])
+            self.rnd.load_extra_state(state["rnd"], envs_afresh=envs_start_afresh(state, self.num_envs, self.world_size))
             self._set_rnd_weight()

@@ -45,7 +45,7 @@ from rlx.core.compiling import WarmProgram
 from rlx.core.normalization import RewardScaler
 from rlx.core.stats import Stats
 
-__all__ = ["Rollout", "VALUE_PASS_ROWS"]
+__all__ = ["Rollout", "VALUE_PASS_ROWS", "envs_start_afresh"]
 
 #: Rows per value pass on a CPU (and per actor pass in collect's T loop): the fastest per
 #: row for 64- to 256-wide MLPs measured with ``benchmarks/cpu_rows.py`` (larger passes
@@ -441,6 +441,14 @@ class Rollout(RolloutValues):
         """Forget the carried partial episodes (a resume that cannot continue them)."""
         self.episode_return.zero_()
         self.episode_length.zero_()
+
+
+def envs_start_afresh(state: dict[str, Any], num_envs: int, world_size: int) -> bool:
+    """Whether a run loading the checkpoint ``state`` restarts its envs' per-env state
+    (partial episodes, running returns) rather than continuing it: under torchrun, or
+    where the checkpoint's envs were not ``num_envs`` (a play script's few)."""
+    saved = state.get("episode_return")
+    return world_size > 1 or (isinstance(saved, Tensor) and saved.shape[0] != num_envs)
 
 
 def _to_plain(x: Obs) -> Tensor | dict[str, Any]:

@@ -264,7 +264,7 @@ class RewardScaler(nn.Module):
         self.gamma_rows: Tensor | None = None
         self.epsilon = float(epsilon)
         self.stats = RunningMeanStd((self.num_seeds,), epsilon=epsilon, device=device, sync_ranks=True)
-        self._register_load_state_dict_pre_hook(_stats_of_one_member)
+        self.register_load_state_dict_pre_hook(_stats_of_one_member)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
         # Per-rollout scratch, [B, T] each, allocated on the first update and reused while
         # the horizon stays the same. Not persistent: nothing in them outlives a call.
@@ -397,7 +397,7 @@ class RewardScaler(nn.Module):
         return self._history, self._decay
 
 
-def _stats_of_one_member(state_dict: dict, prefix: str, *_: object) -> None:
+def _stats_of_one_member(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
     """A :class:`RewardScaler`'s load pre-hook: a one-run checkpoint written while its
     ``stats.mean`` and ``stats.var`` were 0-d loads into their ``[1]`` layout."""
     for name in ("stats.mean", "stats.var"):

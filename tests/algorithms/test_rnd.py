@@ -65,6 +65,29 @@ def test_rnd_resumes_exactly(resumed_run) -> None:
         assert torch.equal(a, b)
 
 
+def test_rnd_resumes_with_another_number_of_envs_and_restarts_its_running_returns() -> None:
+    """A checkpoint loaded by a run of other envs (a play script's few): the envs start
+    afresh, and so do both reward scalers' running returns; the statistics, the
+    predictor and its optimizer load as saved."""
+    config = {**BASE, "rnd": {**RND, "normalize_reward": True}, "normalize_rewards": True}
+    trained = AlgorithmConfig(**config).build(CartPole)
+    for _ in range(2):
+        trained.collect()
+        trained.step()
+    assert trained.rnd.reward_scaler.returns.abs().sum() > 0
+    state = trained.state_dict()
+    few = AlgorithmConfig(**{**config, "num_envs": 8, "sgd_minibatch_size": 32}).build(CartPole)
+    few.load_state_dict(state)
+    for scaler in (few.reward_scaler, few.rnd.reward_scaler):
+        assert scaler.returns.shape == (8,) and not scaler.returns.any()
+    saved = trained.rnd.reward_scaler.stats.state_dict()
+    torch.testing.assert_close(few.rnd.reward_scaler.stats.state_dict(), saved, rtol=0, atol=0)
+    for a, b in zip(few.rnd.predictor.parameters(), trained.rnd.predictor.parameters()):
+        assert torch.equal(a, b)
+    few.collect()
+    assert "losses/rnd" in few.step()
+
+
 def test_rnd_reads_the_observation_keys_it_is_given() -> None:
     env = RslRlVecEnv.factory(lambda n, d: WindyReach(n, d, seed=0))
     algo = AlgorithmConfig(**{**BASE, "obs_groups": {"actor": ["policy"]}}, rnd={**RND, "obs_keys": ["critic"]}).build(env)
