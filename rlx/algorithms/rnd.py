@@ -275,10 +275,9 @@ class RND(nn.Module):
         state (:func:`~rlx.collect.rollout.envs_start_afresh`), so the intrinsic reward
         scaler's running returns restart too, as the extrinsic one's do."""
         module = dict(state["module"])
-        if envs_afresh and self.reward_scaler is not None:
-            del module["reward_scaler.returns"]
-            self.reward_scaler.reset()
-        self.load_state_dict(module, strict=not envs_afresh)
+        if envs_afresh and self.reward_scaler is not None:  # every other key loads, strictly
+            module["reward_scaler.returns"] = torch.zeros_like(self.reward_scaler.returns)
+        self.load_state_dict(module)
         self.optimizer.load_state_dict(state["optimizer"])
         for p, s in self.optimizer.state.items():  # step counts on the device, as adam_step_ keeps them
             if isinstance(s.get("step"), Tensor):
