@@ -52,7 +52,10 @@ class RunningMeanStd(nn.Module):
         mean: ``[*shape]`` float64 running mean (0 initially).
         var: ``[*shape]`` float64 running population variance (1 initially, so
             normalizing before any update leaves inputs unchanged up to ``epsilon``).
-        count: ``[]`` float64 number of samples merged (0 initially).
+        count: ``[1]`` float64 number of samples merged (0 initially); ``[1]``, not
+            0-d, since torch 2.13's dynamo takes a read-only 0-d float64 CPU tensor as a
+            Python number and restarts its analysis of a compiled program that reads it
+            (see :class:`RewardScaler`). A checkpoint with a 0-d count loads.
 
     Args:
         shape: Shape of one sample; ``()`` for scalars.
@@ -90,7 +93,8 @@ class RunningMeanStd(nn.Module):
         kwargs = {"dtype": torch.float64, "device": device}
         self.register_buffer("mean", torch.zeros(self.shape, **kwargs))
         self.register_buffer("var", torch.ones(self.shape, **kwargs))
-        self.register_buffer("count", torch.zeros((), **kwargs))
+        self.register_buffer("count", torch.zeros(1, **kwargs))
+        self.register_load_state_dict_pre_hook(_count_of_one_element)
 
     def extra_repr(self) -> str:
         return f"shape={self.shape}, epsilon={self.epsilon}, clip={self.clip}"
@@ -143,7 +147,7 @@ class RunningMeanStd(nn.Module):
         updating the buffers in place (torch 2.13's CPU programs take a 0-d float64
         tensor as a number, so an in-place update of ``count`` inside one is lost)."""
         batch_var, batch_mean = torch.var_mean(x.to(torch.float64), dim=0, correction=0)
-        return merged_moments(self.mean, self.var, self.count, batch_mean, batch_var, x.shape[0])
+        return merged_moments(self.mean, self.var, self.count.reshape(()), batch_mean, batch_var, x.shape[0])
 
     @torch.no_grad()
     def assign_(self, moments: Sequence[Tensor]) -> None:
@@ -157,7 +161,7 @@ class RunningMeanStd(nn.Module):
         Args:
             mean: ``[*shape]`` mean of the other samples.
             var: ``[*shape]`` population variance of the other samples.
-            count: ``[]`` tensor or number: how many samples those moments describe.
+            count: one-element tensor or number: how many samples those moments describe.
                 Zero is allowed and changes nothing.
         """
         for name, moment in (("mean", mean), ("var", var)):
@@ -170,7 +174,9 @@ class RunningMeanStd(nn.Module):
         var = var.to(**like)
         if isinstance(count, Tensor):
             count = count.to(**like)
-        self.assign_(merged_moments(self.mean, self.var, self.count, mean, var, count))
+        if isinstance(count, Tensor):
+            count = count.reshape(())
+        self.assign_(merged_moments(self.mean, self.var, self.count.reshape(()), mean, var, count))
 
     def normalize(self, x: Tensor) -> Tensor:
         """``(x - mean) / sqrt(var + epsilon)``, clamped to ``[-clip, clip]`` if set.
@@ -395,6 +401,14 @@ class RewardScaler(nn.Module):
             self._history = torch.empty(shape, dtype=torch.float32, device=self.returns.device)
             self._decay = torch.empty(shape, dtype=torch.float32, device=self.returns.device)
         return self._history, self._decay
+
+
+def _count_of_one_element(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
+    """A :class:`RunningMeanStd`'s load pre-hook: a checkpoint written while ``count`` was
+    0-d loads into its ``[1]`` layout."""
+    value = state_dict.get(prefix + "count")
+    if isinstance(value, Tensor) and value.dim() == 0:
+        state_dict[prefix + "count"] = value.reshape(1)
 
 
 def _stats_of_one_member(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:

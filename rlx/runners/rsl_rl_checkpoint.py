@@ -110,7 +110,7 @@ def _normalizers(out: dict[str, Tensor], policy: Any, norm: dict[str, Tensor], g
         shape = policy.obs_normalizers[name].mean.shape
         out[f"obs_normalizers.{name}.mean"] = mean[at:at + w].reshape(shape)
         out[f"obs_normalizers.{name}.var"] = var[at:at + w].reshape(shape)
-        out[f"obs_normalizers.{name}.count"] = norm["count"].reshape(())
+        out[f"obs_normalizers.{name}.count"] = norm["count"].reshape(1)
         at += w
     if at != mean.numel():
         raise ConfigError(f"{where}: the obs_normalizer has {mean.numel()} entries, the groups {groups} {at}")

@@ -47,7 +47,7 @@ def test_initial_statistics_leave_inputs_unchanged() -> None:
     assert rms.mean.dtype == rms.var.dtype == rms.count.dtype == torch.float64
     torch.testing.assert_close(rms.mean, torch.zeros(4, dtype=torch.float64), rtol=0, atol=0)
     torch.testing.assert_close(rms.var, torch.ones(4, dtype=torch.float64), rtol=0, atol=0)
-    assert rms.count.shape == () and rms.count.item() == 0
+    assert rms.count.shape == (1,) and rms.count.item() == 0  # [1], never 0-d: see RunningMeanStd
     x = torch.randn(10, 4)
     torch.testing.assert_close(rms.normalize(x), x)
 
@@ -341,19 +341,30 @@ def test_reward_scaler_state_dict_round_trip_is_exact() -> None:
 
 
 def test_a_one_run_checkpoint_with_0d_statistics_loads() -> None:
-    """Before the statistics of one run were ``[1]`` they were 0-d: such a state (a
-    checkpoint of an older rlx) loads into the same values, and the run goes on alike."""
+    """Before the statistics of one run and every count were ``[1]`` they were 0-d: such a
+    state (a checkpoint of an older rlx) loads into the same values, and the run goes on
+    alike; an observation normalizer's too."""
     g = torch.Generator().manual_seed(11)
     source = RewardScaler(4, 0.99)
     source.update(torch.randn(4, 8, 1, generator=g), torch.rand(4, 8, 1, generator=g) < 0.2)
-    old = {k: v.reshape(()) if k in ("stats.mean", "stats.var") else v for k, v in source.state_dict().items()}
-    assert old["stats.var"].dim() == 0
+    old = {k: v.reshape(()) if k in ("stats.mean", "stats.var", "stats.count") else v
+           for k, v in source.state_dict().items()}
+    assert old["stats.var"].dim() == old["stats.count"].dim() == 0
     target = RewardScaler(4, 0.99)
     target.load_state_dict(old)
     torch.testing.assert_close(target.state_dict(), source.state_dict(), rtol=0, atol=0)
     assert target.stats.var.shape == (1,) and target.scale().shape == ()
     rewards = torch.randn(4, 8, 1, generator=g)
     torch.testing.assert_close(target.scale_rewards(rewards), source.scale_rewards(rewards), rtol=0, atol=0)
+    rms = RunningMeanStd((3,))
+    rms.update(torch.randn(20, 3, generator=g))
+    loaded = RunningMeanStd((3,))
+    loaded.load_state_dict({**rms.state_dict(), "count": rms.count.reshape(())})
+    torch.testing.assert_close(loaded.state_dict(), rms.state_dict(), rtol=0, atol=0)
+    batch = torch.randn(7, 3, generator=g)
+    rms.update(batch)
+    loaded.update(batch)
+    torch.testing.assert_close(loaded.state_dict(), rms.state_dict(), rtol=0, atol=0)
 
 
 @pytest.mark.gpu
