@@ -144,8 +144,9 @@ class RunningMeanStd(nn.Module):
         """The ``(mean, var, count)`` that merging this process's ``[N, *shape]`` samples
         ``x`` would leave, as new tensors; the buffers stay as they are. What :meth:`update`
         assigns on a single process, and what a compiled program computes in place of
-        updating the buffers in place (torch 2.13's CPU programs take a 0-d float64
-        tensor as a number, so an in-place update of ``count`` inside one is lost)."""
+        updating the buffers in place (collect's tail: :meth:`assign_` sets them after
+        it; while ``count`` was 0-d, torch 2.13's CPU programs took it as a number and
+        lost an in-place update of it)."""
         batch_var, batch_mean = torch.var_mean(x.to(torch.float64), dim=0, correction=0)
         return merged_moments(self.mean, self.var, self.count.reshape(()), batch_mean, batch_var, x.shape[0])
 
@@ -173,9 +174,7 @@ class RunningMeanStd(nn.Module):
         mean = mean.to(**like)
         var = var.to(**like)
         if isinstance(count, Tensor):
-            count = count.to(**like)
-        if isinstance(count, Tensor):
-            count = count.reshape(())
+            count = count.to(**like).reshape(())
         self.assign_(merged_moments(self.mean, self.var, self.count.reshape(()), mean, var, count))
 
     def normalize(self, x: Tensor) -> Tensor:

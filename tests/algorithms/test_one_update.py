@@ -266,7 +266,8 @@ COMPILED = {
     "adaptive_lr_per_minibatch": (Pendulum, CASES["adaptive_lr_per_minibatch"][2]),
     # Gradients accumulated over an epoch's calls: a program for the first minibatch (no
     # gradients yet) and one for the rest (the backward adds to them), for one run (with
-    # rsl_rl's LR rule) and for members, whose KL targets stop them after 2, 4 and 6 epochs.
+    # rsl_rl's LR rule) and for members, whose KL targets stop two of them after 2 and 4 of
+    # the 6 epochs.
     "accumulated_adaptive_lr": (Pendulum, CASES["accumulated_adaptive_lr_per_minibatch"][2]),
     "members_accumulated_kl_early_stop": (Pendulum, {
         "num_seeds": 3, "accumulate_grads": True, "num_sgd_iters": 6, "target_kl_div": 1e-3,
