@@ -94,7 +94,7 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("mean", torch.zeros(self.shape, **kwargs))
         self.register_buffer("var", torch.ones(self.shape, **kwargs))
         self.register_buffer("count", torch.zeros(1, **kwargs))
-        self.register_load_state_dict_pre_hook(_count_of_one_element)
+        self.register_load_state_dict_pre_hook(_one_element_from_0d)
 
     def extra_repr(self) -> str:
         return f"shape={self.shape}, epsilon={self.epsilon}, clip={self.clip}"
@@ -269,7 +269,6 @@ class RewardScaler(nn.Module):
         self.gamma_rows: Tensor | None = None
         self.epsilon = float(epsilon)
         self.stats = RunningMeanStd((self.num_seeds,), epsilon=epsilon, device=device, sync_ranks=True)
-        self.register_load_state_dict_pre_hook(_stats_of_one_member)
         self.register_buffer("returns", torch.zeros(num_envs, dtype=torch.float32, device=device))
         # Per-rollout scratch, [B, T] each, allocated on the first update and reused while
         # the horizon stays the same. Not persistent: nothing in them outlives a call.
@@ -402,18 +401,11 @@ class RewardScaler(nn.Module):
         return self._history, self._decay
 
 
-def _count_of_one_element(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
-    """A :class:`RunningMeanStd`'s load pre-hook: a checkpoint written while ``count`` was
-    0-d loads into its ``[1]`` layout."""
-    value = state_dict.get(prefix + "count")
-    if isinstance(value, Tensor) and value.dim() == 0:
-        state_dict[prefix + "count"] = value.reshape(1)
-
-
-def _stats_of_one_member(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
-    """A :class:`RewardScaler`'s load pre-hook: a one-run checkpoint written while its
-    ``stats.mean`` and ``stats.var`` were 0-d loads into their ``[1]`` layout."""
-    for name in ("stats.mean", "stats.var"):
+def _one_element_from_0d(module: nn.Module, state_dict: dict, prefix: str, *_: object) -> None:
+    """A :class:`RunningMeanStd`'s load pre-hook: a checkpoint written while its ``count``
+    (and a one-run reward scaler's ``mean`` and ``var``) were 0-d loads into their ``[1]``
+    layout."""
+    for name in ("mean", "var", "count"):
         value = state_dict.get(prefix + name)
-        if isinstance(value, Tensor) and value.dim() == 0:
+        if isinstance(value, Tensor) and value.dim() == 0 and getattr(module, name).shape == (1,):
             state_dict[prefix + name] = value.reshape(1)
