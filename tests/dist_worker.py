@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from typing import Any
 
 import torch
@@ -177,6 +178,7 @@ def compiled(mode: str, common: dict, out: str, rank: int) -> None:
                                             rnd={"weight": 0.5, "predictor_hiddens": [16], "target_hiddens": [16],
                                                  "embedding_dim": 4, "normalize_state": True})
     runs = {}
+    _compile_in_turn(out, rank)
     for compile_ in (False, True):
         algo = cls(**config, compile=compile_).build(IndexedWalker)
         rnd = getattr(algo, "rnd", None)
@@ -194,6 +196,35 @@ def compiled(mode: str, common: dict, out: str, rank: int) -> None:
                           "fallback": getattr(algo, "compile_fallback", None) or getattr(algo, "critic_fallback", None),
                           "programs": len(getattr(algo, "phase_programs", getattr(algo, "warm_programs", ())))}
     torch.save(runs, f"{out}.rank{rank}")
+
+
+def _compile_in_turn(out: str, rank: int, timeout_s: float = 600.0) -> None:
+    """Each rank compiles a frame after the rank before it has compiled that frame: the
+    ranks trace the same programs, so a later rank finds inductor's output in the shared
+    on-disk cache (the FX graph and AOTAutograd caches) and pays dynamo's trace, not
+    inductor's compile and g++ again. Rank ``r`` marks the end of its ``k``-th compile
+    with the file ``{out}.compiled.r.k``; rank ``r + 1`` waits for it before starting its
+    own ``k``-th. (Compiled together, the two ranks' compiles took twice the CPU.)"""
+    from torch._dynamo.callback import on_compile_end, on_compile_start
+
+    started, ended = [0], [0]
+
+    @on_compile_start
+    def _wait(*_: Any) -> None:
+        started[0] += 1
+        if rank == 0:
+            return
+        marker, deadline = f"{out}.compiled.{rank - 1}.{started[0]}", time.monotonic() + timeout_s
+        while not os.path.exists(marker):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"rank {rank}: rank {rank - 1} did not compile frame {started[0]} in {timeout_s} s")
+            time.sleep(0.05)
+
+    @on_compile_end
+    def _mark(*_: Any) -> None:
+        ended[0] += 1
+        with open(f"{out}.compiled.{rank}.{ended[0]}", "w"):
+            pass
 
 
 def main() -> None:

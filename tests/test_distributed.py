@@ -29,10 +29,11 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _torchrun(*args: str, timeout: float = 180) -> subprocess.CompletedProcess:
+def _torchrun(*args: str, timeout: float = 180, dist_timeout_s: int = 30) -> subprocess.CompletedProcess:
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=_env())
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                          env={**_env(), "RLX_DIST_TIMEOUT_S": str(dist_timeout_s)})
 
 
 def _config_mismatch_messages(tmp_path: Path, mode: str) -> list[str]:
@@ -123,7 +124,10 @@ def test_compiled_programs_on_two_ranks_take_the_eager_steps(tmp_path) -> None:
     bound of tests/algorithms/test_one_update.py (1e-3 * lr: Adam's eps amplifying
     reassociation; NPG's CG converges, tests/algorithms/test_npg.py), and the ranks stay
     bit-identical."""
-    result = _torchrun(WORKER, "ppo_compiled,npg_compiled", "8", str(tmp_path / "dist.pt"), timeout=600)
+    # The ranks compile in turn (tests/dist_worker.py): rank 0 waits in a collective while
+    # rank 1 traces what rank 0 compiled, up to a minute on a busy CPU.
+    result = _torchrun(WORKER, "ppo_compiled,npg_compiled", "8", str(tmp_path / "dist.pt"), timeout=600,
+                       dist_timeout_s=300)
     assert result.returncode == 0, result.stderr[-3000:]
     for mode, programs in (("ppo_compiled", 3), ("npg_compiled", 2)):
         ranks = [torch.load(tmp_path / f"dist.pt.{mode}.rank{r}") for r in (0, 1)]
