@@ -8,9 +8,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -178,39 +180,40 @@ def compiled(mode: str, common: dict, out: str, rank: int) -> None:
                                             rnd={"weight": 0.5, "predictor_hiddens": [16], "target_hiddens": [16],
                                                  "embedding_dim": 4, "normalize_state": True})
     runs = {}
-    _compile_in_turn(out, rank)
-    for compile_ in (False, True):
-        algo = cls(**config, compile=compile_).build(IndexedWalker)
-        rnd = getattr(algo, "rnd", None)
-        for module, optimizer in ((algo.policy, algo.optimizer), *(((rnd, rnd.optimizer),) if rnd else ())):
-            module.double()
-            for state in optimizer.state.values():  # made at build: the program holds these tensors
-                for key, value in state.items():
-                    if key != "step":
-                        value.data = value.data.double()
-        for _ in range(2):
-            stats = algo.collect(deterministic=True)
-            stats.update(algo.step())
-        runs[compile_] = {"params": [p.detach() for p in [*algo.policy.parameters(), *(rnd.predictor.parameters() if rnd else ())]],
-                          "stats": stats, "lr": algo.config.optimizer_kwargs["lr"],
-                          "fallback": getattr(algo, "compile_fallback", None) or getattr(algo, "critic_fallback", None),
-                          "programs": len(getattr(algo, "phase_programs", getattr(algo, "warm_programs", ())))}
+    with _compile_in_turn(out, rank):
+        for compile_ in (False, True):
+            algo = cls(**config, compile=compile_).build(IndexedWalker)
+            rnd = getattr(algo, "rnd", None)
+            for module, optimizer in ((algo.policy, algo.optimizer), *(((rnd, rnd.optimizer),) if rnd else ())):
+                module.double()
+                for state in optimizer.state.values():  # made at build: the program holds these tensors
+                    for key, value in state.items():
+                        if key != "step":
+                            value.data = value.data.double()
+            for _ in range(2):
+                stats = algo.collect(deterministic=True)
+                stats.update(algo.step())
+            runs[compile_] = {"params": [p.detach() for p in [*algo.policy.parameters(), *(rnd.predictor.parameters() if rnd else ())]],
+                              "stats": stats, "lr": algo.config.optimizer_kwargs["lr"],
+                              "fallback": getattr(algo, "compile_fallback", None) or getattr(algo, "critic_fallback", None),
+                              "programs": len(getattr(algo, "phase_programs", getattr(algo, "warm_programs", ())))}
     torch.save(runs, f"{out}.rank{rank}")
 
 
-def _compile_in_turn(out: str, rank: int, timeout_s: float = 600.0) -> None:
-    """Each rank compiles a frame after the rank before it has compiled that frame: the
-    ranks trace the same programs, so a later rank finds inductor's output in the shared
-    on-disk cache (the FX graph and AOTAutograd caches) and pays dynamo's trace, not
-    inductor's compile and g++ again. Rank ``r`` marks the end of its ``k``-th compile
-    with the file ``{out}.compiled.r.k``; rank ``r + 1`` waits for it before starting its
-    own ``k``-th. (Compiled together, the two ranks' compiles took twice the CPU.)"""
-    from torch._dynamo.callback import on_compile_end, on_compile_start
+@contextlib.contextmanager
+def _compile_in_turn(out: str, rank: int, timeout_s: float = 600.0) -> Iterator[None]:
+    """Inside the block, each rank compiles a frame after the rank before it has compiled
+    that frame: the ranks trace the same programs, so a later rank finds inductor's output
+    in the shared on-disk cache (the FX graph and AOTAutograd caches) and pays dynamo's
+    trace, not inductor's compile and g++ again. Rank ``r`` marks the end of its ``k``-th
+    compile with the file ``{out}.compiled.r.k``; rank ``r + 1`` waits for it before
+    starting its own ``k``-th. (Compiled together, the two ranks' compiles took twice the
+    CPU.)"""
+    from torch._dynamo.callback import callback_handler
 
     started, ended = [0], [0]
 
-    @on_compile_start
-    def _wait(*_: Any) -> None:
+    def wait(_: Any) -> None:
         started[0] += 1
         if rank == 0:
             return
@@ -220,11 +223,18 @@ def _compile_in_turn(out: str, rank: int, timeout_s: float = 600.0) -> None:
                 raise TimeoutError(f"rank {rank}: rank {rank - 1} did not compile frame {started[0]} in {timeout_s} s")
             time.sleep(0.05)
 
-    @on_compile_end
-    def _mark(*_: Any) -> None:
+    def mark(_: Any) -> None:
         ended[0] += 1
         with open(f"{out}.compiled.{rank}.{ended[0]}", "w"):
             pass
+
+    callback_handler.register_start_callback(wait)
+    callback_handler.register_end_callback(mark)
+    try:
+        yield
+    finally:
+        callback_handler.remove_start_callback(wait)
+        callback_handler.remove_end_callback(mark)
 
 
 def main() -> None:
