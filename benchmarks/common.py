@@ -24,7 +24,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 #: Results of the one-off scripts in ``benchmarks/experiments/``.
 EXPERIMENT_RESULTS = ROOT / "benchmarks" / "experiments" / "results"
 
-__all__ = ["EXPERIMENT_RESULTS", "RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "interleaved_ms", "jax_on_cpu_threads", "paired_blocks", "results_path",
+__all__ = ["EXPERIMENT_RESULTS", "ISA_VARIABLES", "RESULTS", "ROOT", "Training", "append_results", "git_commit", "git_dirty", "interleaved_ms", "jax_on_cpu_threads", "paired_blocks", "results_path",
            "run_fields", "train_until"]
 
 
@@ -108,18 +108,30 @@ def git_dirty(*paths: str, untracked: bool = False) -> bool:
 
 
 @functools.cache
-def _host() -> tuple[str, str]:
+def _host() -> tuple[str, str, str]:
     import torch
 
     from rlx.run.bench import cpu_name
 
-    return torch.__version__, cpu_name()
+    return torch.__version__, cpu_name(), torch.backends.cpu.get_cpu_capability()
 
 
 def run_fields() -> dict[str, str]:
-    """Where and when a result was measured: ``date``, ``commit``, ``torch`` version and ``cpu``."""
-    torch_version, cpu = _host()
-    return {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "torch": torch_version, "cpu": cpu}
+    """Where and when a result was measured: ``date``, ``commit``, ``torch`` version, ``cpu``
+    and ``cpu_capability`` (the vector ISA torch's kernels run with, e.g. ``AVX2`` or
+    ``AVX512``: machines sold under one model name, "Intel(R) Xeon(R) Processor" here,
+    differ in it, and CPU ratios against JAX with it), and ``isa_env``, the
+    :data:`ISA_VARIABLES` set for the run, where any is."""
+    torch_version, cpu, capability = _host()
+    fields = {"date": time.strftime("%Y-%m-%d"), "commit": git_commit(), "torch": torch_version, "cpu": cpu,
+              "cpu_capability": capability}
+    isa = {name: os.environ[name] for name in ISA_VARIABLES if name in os.environ}
+    return {**fields, "isa_env": isa} if isa else fields
+
+
+#: Environment variables that change which instructions a side's kernels run with: a row
+#: measured under one of them records it (``isa_env``).
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "XLA_FLAGS")
 
 
 def jax_on_cpu_threads(threads: int) -> list[int] | None:
