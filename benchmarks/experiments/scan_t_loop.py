@@ -1,18 +1,22 @@
 """What a T loop as one ``scan`` program would gain over compiled programs of K steps.
 
-    python benchmarks/experiments/scan_t_loop.py [--num-envs 64] [--modes 4 scan 32] [--repeats 3]
+    python benchmarks/experiments/scan_t_loop.py [--num-envs 64] [--modes 4 scan scan-carry 32] [--repeats 3]
 
 The same functional T loop in every mode, so that only the program structure differs:
 CartPole's dynamics (resets drawn in the loop), a 64x64 tanh policy sampling a discrete
-action (Gumbel-max) and a 64x64 tanh value network, the step's outputs returned per step
-(what rlx writes into its buffer). ``K`` (an integer) compiles K steps as one program
-and calls it T / K times, as ``rlx.collect.compiled_loop`` does (K = 4 there);
-``scan`` compiles the T steps as one program with torch's ``scan`` (the env state as its
-carry, the step's outputs stacked). Each mode runs in a fresh process with an empty
+action (Gumbel-max) and a 64x64 tanh value network, seven outputs a step written into
+``[B, T, ...]`` columns (what rlx writes into its buffer). ``K`` (an integer) compiles K
+steps as one program that writes its steps into the columns by index, in place, and
+calls it T / K times, as ``rlx.collect.compiled_loop`` does (K = 4 there); ``scan``
+compiles the T steps as one program with torch's ``scan``, the env state as its carry
+and the step's outputs stacked, copied into the columns after it; ``scan-carry`` carries
+the columns too, each step writing its own (functionally: what
+``rlx.core.scanned.ScannedCalls`` would make of rlx's in-place step), the last carry
+copied back. Each mode runs in a fresh process with an empty
 ``TORCHINDUCTOR_CACHE_DIR``, one thread, rlx's CPU inductor options; reported: the first
 loop (compiling) and the median of 200 warm loops, the median over ``--repeats``
-processes (the modes interleaved). The scan's random draws differ from step to step (checked). Results:
-``benchmarks/experiments/results/scan_t_loop.jsonl``.
+processes (the modes interleaved). The draws differ from step to step (checked).
+Results: ``benchmarks/experiments/results/scan_t_loop.jsonl``.
 """
 
 from __future__ import annotations
@@ -76,32 +80,60 @@ def one(mode: str, num_envs: int) -> dict[str, float]:
         (state, steps), outputs = scan(body, (state, steps), torch.zeros(T))
         return state, steps, outputs
 
-    def k_steps(k: int):
-        def run(state: torch.Tensor, steps: torch.Tensor):
-            outputs = []
-            for _ in range(k):
-                state, steps, out = step(state, steps)
-                outputs.append(out)
-            return state, steps, [torch.stack(column) for column in zip(*outputs)]
+    def scanned_carry(state: torch.Tensor, steps: torch.Tensor, columns: list[torch.Tensor]):
+        def body(carry, t):
+            state, steps, columns = carry
+            new, steps, outputs = step(state, steps)
+            t = t.view(1)
+            columns = [c.index_copy(1, t, o.unsqueeze(1)) for c, o in zip(columns, outputs)]
+            return (new, steps, columns), torch.zeros(())
 
-        return run
+        (state, steps, columns), _ = scan(body, (state, steps, columns), torch.arange(T))
+        return state, steps, columns
 
     options = {**INDUCTOR_OPTIONS, **CPU_INDUCTOR_OPTIONS}
+    state, steps = torch.rand(num_envs, 4) * 0.1 - 0.05, torch.zeros(num_envs, dtype=torch.long)
+    # The buffer's columns, [B, T, ...] as rlx's: a K-step program writes its steps into
+    # them (by index, in place); a scan's stacked outputs ([T, B, ...]) are copied in after
+    # it, and a scan that carries the columns copies its last carry back (as
+    # rlx.core.scanned.ScannedCalls does).
+    _, _, example = step(state.clone(), steps.clone())
+    columns = [torch.zeros(num_envs, T, *x.shape[1:], dtype=x.dtype) for x in example]
     if mode == "scan":
         program = torch.compile(scanned, options=options, fullgraph=True)
-        calls = 1
-    else:
-        program = torch.compile(k_steps(int(mode)), options=options, fullgraph=True)
-        calls = T // int(mode)
 
-    def loop(state, steps):
-        actions = []
-        for _ in range(calls):
+        def loop(state, steps):
             state, steps, outputs = program(state, steps)
-            actions.append(outputs[1])
-        return state, steps, actions
+            for column, x in zip(columns, outputs):
+                column.copy_(x.transpose(0, 1))
+            return state, steps, [outputs[1]]
+    elif mode == "scan-carry":
+        program = torch.compile(scanned_carry, options=options, fullgraph=True)
 
-    state, steps = torch.rand(num_envs, 4) * 0.1 - 0.05, torch.zeros(num_envs, dtype=torch.long)
+        def loop(state, steps):
+            state, steps, new = program(state, steps, columns)
+            for column, x in zip(columns, new):
+                column.copy_(x)
+            return state, steps, [columns[1].t()]
+    else:
+        k = int(mode)
+
+        def write(state, steps, start):
+            for i in range(k):
+                state, steps, outputs = step(state, steps)
+                t = (start + i).view(1)
+                for column, x in zip(columns, outputs):
+                    column.index_copy_(1, t, x.unsqueeze(1))
+            return state, steps
+
+        program = torch.compile(write, options=options, fullgraph=True)
+        starts = [torch.tensor(t) for t in range(0, T, k)]
+
+        def loop(state, steps):
+            for start in starts:
+                state, steps = program(state, steps, start)
+            return state, steps, [columns[1].t()]
+
     start = time.perf_counter()
     state, steps, actions = loop(state, steps)
     first = time.perf_counter() - start
@@ -118,7 +150,7 @@ def one(mode: str, num_envs: int) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-envs", type=int, default=64)
-    parser.add_argument("--modes", nargs="+", default=["4", "scan", "32"])
+    parser.add_argument("--modes", nargs="+", default=["4", "scan", "scan-carry", "32"])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--one", help=argparse.SUPPRESS)  # the child process's mode
     args = parser.parse_args()
