@@ -107,6 +107,11 @@ def git_dirty(*paths: str, untracked: bool = False) -> bool:
     return bool(_git("status", "--porcelain", flag, "--", *paths))
 
 
+#: Environment variables that change which instructions a side's kernels run with: a row
+#: measured under one of them records it (``isa_env``).
+ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "XLA_FLAGS")
+
+
 @functools.cache
 def _host() -> tuple[str, str, str]:
     import torch
@@ -127,11 +132,6 @@ def run_fields() -> dict[str, str]:
               "cpu_capability": capability}
     isa = {name: os.environ[name] for name in ISA_VARIABLES if name in os.environ}
     return {**fields, "isa_env": isa} if isa else fields
-
-
-#: Environment variables that change which instructions a side's kernels run with: a row
-#: measured under one of them records it (``isa_env``).
-ISA_VARIABLES = ("ATEN_CPU_CAPABILITY", "MKL_ENABLE_INSTRUCTIONS", "MKL_CBWR", "XLA_FLAGS")
 
 
 def jax_on_cpu_threads(threads: int) -> list[int] | None:

@@ -29,11 +29,12 @@ def _env() -> dict[str, str]:
     return env
 
 
-def _torchrun(*args: str, timeout: float = 180, dist_timeout_s: int = 30) -> subprocess.CompletedProcess:
+def _torchrun(*args: str, timeout: float = 180, dist_timeout_s: int | None = None) -> subprocess.CompletedProcess:
+    """``args`` under torchrun on 2 ranks; ``dist_timeout_s`` replaces :func:`_env`'s process-group timeout."""
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(_free_port()), *args]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
-                          env={**_env(), "RLX_DIST_TIMEOUT_S": str(dist_timeout_s)})
+    env = _env() if dist_timeout_s is None else {**_env(), "RLX_DIST_TIMEOUT_S": str(dist_timeout_s)}
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
 
 
 def _config_mismatch_messages(tmp_path: Path, mode: str) -> list[str]:

@@ -173,7 +173,7 @@ def main() -> None:
                "first_s": statistics.median(r["first_s"] for r in runs[mode]),
                "loop_ms": statistics.median(r["loop_ms"] for r in runs[mode])}
         rows.append(row)
-        print(f"{mode:>5}: T loop {row['loop_ms']:.3f} ms, first loop (compiling) {row['first_s']:.1f} s", flush=True)
+        print(f"{mode:>10}: T loop {row['loop_ms']:.3f} ms, first loop (compiling) {row['first_s']:.1f} s", flush=True)
     print(f"results: {append_results(results_path('scan_t_loop', EXPERIMENT_RESULTS), rows, threads=1)}")
 
 
