@@ -680,6 +680,30 @@ def test_the_shipped_cartpole_config_solves_with_tf32_matmuls_as_with_float32(tr
     print(f"matmul_precision={precision}: solved after {steps} env steps")
 
 
+def test_the_compiled_update_equals_the_uncompiled_one_on_cuda() -> None:
+    """tests/algorithms/test_one_update.py's comparison on CUDA for a feedforward policy,
+    gradient clip acting: the Triton program (its clip by ``_foreach_norm``, the norms
+    read into their total by one kernel: ``rlx.members.ops.PER_GRADIENT_NORMS``,
+    ``rlx.core.compiling.CUDA_INDUCTOR_OPTIONS``) takes the eager update's steps in
+    float64."""
+    from tests.algorithms.test_one_update import BASE, _close, _float64
+
+    config = {**BASE, "device": "cuda", "max_grad_norm": 0.05, "cudagraphs": False}
+    eager = AlgorithmConfig(**config, compile=False).build(CartPole)
+    compiled = AlgorithmConfig(**config, compile=True).build(CartPole)
+    assert compiled.compile_fallback is None and compiled.update is compiled.compiled_update
+    _float64(eager, compiled)
+    compiled.policy.load_state_dict(eager.policy.state_dict())
+    compiled.rollout.act_fn, compiled.rollout.value_fn = compiled.policy.act_step, compiled.policy.value_step
+    compiled.rollout.compiled_loop = None  # collect eagerly in both (the compiled T loop draws other numbers)
+    for algo in (eager, compiled):
+        torch.manual_seed(11)
+        torch.cuda.manual_seed(11)
+        algo.collect()
+        algo.step()
+    _close(eager, compiled)
+
+
 def test_a_recurrent_policys_compiled_update_equals_the_uncompiled_one_on_cuda() -> None:
     """The CPU test's comparison (tests/algorithms/test_one_update.py) on CUDA: the update
     compiled with Triton takes the eager update's steps in float64. Until it has passed on

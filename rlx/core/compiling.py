@@ -66,7 +66,12 @@ CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
 #: 2026-11-27, ``benchmarks/results/gpu_check_nvidia-h100_2026-11-27/run1_parts.log``).
 #: With the reordering off the update compiled, its GPU tests passed, and it ran at 14.9M
 #: env steps/s at B = 4096 under CUDA graphs against 8.5M graphed uncompiled.
-CUDA_INDUCTOR_OPTIONS: dict[str, Any] = {"loop_ordering_after_fusion": False}
+#: ``max_pointwise_cat_inputs``: a ``stack`` or ``cat`` of up to 16 inputs is read by its
+#: consumer's kernel (inductor's default: 8) rather than copied a kernel per input: the
+#: clip's 12 gradient norms (:func:`rlx.members.ops.clip_grad_norm_`) stacked into their
+#: total (counted with ``benchmarks/experiments/cuda_launches.py``: with the clip's
+#: ``_foreach_norm``, 894 launches a step against 1,058 at vs_jax.py's B = 4096).
+CUDA_INDUCTOR_OPTIONS: dict[str, Any] = {"loop_ordering_after_fusion": False, "max_pointwise_cat_inputs": 16}
 #: Whether CPU programs compute products with a narrow result transposed, where MKL is
 #: several times faster (:class:`~rlx.core.narrow_products.NarrowProducts`, inductor's
 #: ``post_grad_custom_post_pass``; made at the first compile, which imports inductor).

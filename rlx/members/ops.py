@@ -82,17 +82,25 @@ def grad_norms_per_seed(grads: Sequence[Tensor], num_seeds: int) -> Tensor:
     return torch.stack([g.square().sum(dim=1) for g in wide]).sum(dim=0).sqrt()
 
 
+#: Device types whose compiled programs take each gradient's norm as a reduction of its
+#: own in :func:`clip_grad_norm_`: a CPU's, where inductor 2.13's C++ wrapper runs
+#: ``_foreach_norm`` through a slow fallback (about 10% of a small update). Elsewhere
+#: ``_foreach_norm`` stays one op in the program: on CUDA one multi-tensor kernel (and its
+#: cleanup) where the reductions would be a kernel each, 13 launches of a minibatch
+#: update's 66 at vs_jax.py's setting (``benchmarks/experiments/cuda_launches.py``).
+PER_GRADIENT_NORMS = ("cpu",)
+
+
 def clip_grad_norm_(params: Sequence[Tensor], max_norm: float) -> None:
     """``torch.nn.utils.clip_grad_norm_(params, max_norm, foreach=True)``: the same
-    formula (``max_norm / (norm + 1e-6)``, at most 1, over every gradient's norm), with
-    each gradient's norm a reduction a compiled program fuses (inductor 2.13's C++ wrapper
-    runs ``_foreach_norm`` through a slow fallback, about 10% of a small update); eagerly
-    ``_foreach_norm``, one op."""
+    formula (``max_norm / (norm + 1e-6)``, at most 1, over every gradient's norm), the
+    gradients' norms by ``_foreach_norm`` (eagerly one op; compiled for a CPU, each a
+    reduction inductor fuses: :data:`PER_GRADIENT_NORMS`)."""
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return
-    norms = ([torch.linalg.vector_norm(g) for g in grads] if torch.compiler.is_compiling()
-             else torch._foreach_norm(grads))
+    per_gradient = torch.compiler.is_compiling() and grads[0].device.type in PER_GRADIENT_NORMS
+    norms = [torch.linalg.vector_norm(g) for g in grads] if per_gradient else torch._foreach_norm(grads)
     total = torch.linalg.vector_norm(torch.stack(norms))
     torch._foreach_mul_(grads, (max_norm / (total + 1e-6)).clamp(max=1.0))
 

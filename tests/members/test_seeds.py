@@ -143,6 +143,40 @@ def test_ppo_updates_of_the_stack_are_the_single_seed_updates(max_grad_norm: flo
             torch.testing.assert_close(a, b, rtol=1e-10, atol=1e-12)
 
 
+@pytest.mark.parametrize("mode", ["eager", "compiled-per-gradient", "compiled-foreach"])
+def test_clip_grad_norm_clips_as_the_formula_eagerly_and_compiled_both_ways(mode: str, monkeypatch) -> None:
+    """rlx's single-run clip: ``g * min(1, max_norm / (||g|| + 1e-6))``, the norm over
+    every gradient, eagerly and compiled each way a program can take the norms (a
+    reduction per gradient, as compiled for a CPU; ``_foreach_norm`` in the program, as on
+    CUDA: ``PER_GRADIENT_NORMS``). Bound: the norm of n float32 squares summed in any
+    order (two levels over k gradients included) is within (n + k) u / 2 + 2u of exact
+    (u = 2^-24), and the add, divide and multiply after it add 3u; 6u of slack over that."""
+    from rlx.members import ops
+
+    shapes = [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,), (64, 4), (64,), (64, 64), (64,), (1, 64), (1,)]
+    g = torch.Generator().manual_seed(3)
+    params = [torch.nn.Parameter(torch.zeros(shape)) for shape in shapes]
+    grads = [torch.randn(shape, generator=g) * (i + 1) for i, shape in enumerate(shapes)]
+    n, k, u = sum(x.numel() for x in grads), len(grads), 2.0**-24
+    total = torch.sqrt(sum(x.double().square().sum() for x in grads))
+    max_norm = 0.1 * float(total)  # the clip acts
+    expected = [x.double() * (max_norm / (total + 1e-6)) for x in grads]
+
+    def clip(grads: list[torch.Tensor]) -> list[torch.Tensor]:
+        for p, x in zip(params, grads):
+            p.grad = x.clone()
+        ops.clip_grad_norm_(params, max_norm)
+        return [p.grad for p in params]
+
+    if mode != "eager":
+        monkeypatch.setattr(ops, "PER_GRADIENT_NORMS", ("cpu",) if mode == "compiled-per-gradient" else ())
+        torch._dynamo.reset()
+        clip = torch.compile(clip, fullgraph=True, dynamic=False)
+    rtol = (n + k) * u / 2 + 2 * u + 3 * u + 6 * u
+    for got, want in zip(clip(grads), expected):
+        torch.testing.assert_close(got.double(), want, rtol=rtol, atol=0.0)
+
+
 def test_per_seed_learning_rates_and_gates_scale_each_seeds_adam_step() -> None:
     S, n = 3, 6
     lrs = [1e-2, 0.0, 3e-3]  # seed 1 gated (a KL early stop), seed 2 at its own LR

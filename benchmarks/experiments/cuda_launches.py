@@ -1,0 +1,227 @@
+"""How many kernels an iteration launches on CUDA, counted on a CPU with no GPU.
+
+    pip install triton      # PyPI's wheel: generating Triton kernels needs no GPU
+    python benchmarks/experiments/cuda_launches.py [--num-envs 4096] [--top 12] [--out FILE]
+
+With inductor's ``cpu_backend="triton"`` a CPU program is scheduled as a CUDA one is (the
+same fusion into the same Triton kernels). This script compiles rlx's programs that way
+for vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches,
+``compile=True``) and runs one ``collect()`` + ``step()`` after warm-up, counting:
+
+* **triton**: each generated kernel's launch. Triton's compile is stubbed (there is no
+  driver here): a kernel's ``run`` counts instead of running, so the programs compute
+  nothing; inductor's buffers come zeroed (and are not reused), and the host's reads of
+  the statistics are told that all is finite, so the iteration runs through.
+* **gemm**: each extern GEMM (cuBLAS on CUDA; it runs here on the CPU). cuBLAS adds a
+  split-K reduce kernel to some shapes, which is not counted.
+* **fallback**: each aten op a program calls (no inductor lowering: ``_foreach_norm``,
+  ``randperm``, ...), counted once (a multi-tensor op may launch two kernels on CUDA).
+* **eager**: each aten op outside the programs that is not a view or an allocation.
+
+What the CPU would do otherwise is set to what CUDA does: inductor's ``cat`` lowering
+(always copy kernels on a CPU; fused into its consumer where its rules allow on CUDA),
+rlx's CUDA options (:data:`rlx.core.compiling.CUDA_INDUCTOR_OPTIONS`, no C++ wrapper, no
+narrow-products pass, the clip's ``_foreach_norm``), no micro-batch cut, the minibatch updates as programs of their own
+(on CUDA the step's graph holds the epochs; no scan), value passes uncut. Counts, not
+times: they depend only on torch's version and rlx's code. Checked against an H100's
+profile in docs/benchmarks.md ("Kernel launches counted on a CPU").
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import dataclasses
+import inspect
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import torch
+
+#: aten ops that launch no kernel on CUDA (views, allocations, host reads).
+NO_KERNEL = {"aten::" + name for name in (
+    "select", "slice", "view", "reshape", "as_strided", "expand", "t", "transpose", "unsqueeze", "squeeze",
+    "detach", "alias", "empty", "empty_strided", "empty_like", "resolve_conj", "resolve_neg", "lift_fresh",
+    "_reshape_alias", "permute", "unbind", "split", "narrow", "item", "_local_scalar_dense", "set_",
+    "_unsafe_view", "as_strided_", "lift_fresh_copy")}
+GEMMS = ("mm", "addmm", "bmm", "baddbmm")
+REGION, PROGRAM = "Torch-Compiled Region", "## Call CompiledFxGraph"
+ALLOC = "cuda_launches: a zeroed buffer"  # the emulation's own ops, not counted
+
+counts: collections.Counter[str] = collections.Counter()
+counting = False
+
+
+class _Kernel:
+    """A generated Triton kernel that counts its launches instead of running."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def run(self, *args, **kwargs) -> None:
+        if counting:
+            counts["triton " + self.name] += 1
+
+
+def emulate_cuda(options: dict | None = None, per_gradient_norms: bool = False) -> None:
+    """Inductor's CPU programs scheduled as CUDA ones, compiled but not run (module doc);
+    ``options`` added to inductor's; ``per_gradient_norms``: the clip as compiled for a CPU."""
+    import torch._inductor.codegen.triton as codegen_triton
+    import torch.utils._triton as utils_triton
+    from torch._inductor import async_compile, config, lowering
+    from torch._inductor.select_algorithm import extern_kernels
+
+    from rlx.core import compiling
+
+    config.compile_threads = 1
+    config.fx_graph_cache = False  # the patches below are not in its key
+    utils_triton.triton_hash_with_backend = codegen_triton.triton_hash_with_backend = lambda: "no-driver"
+    async_compile.AsyncCompile.triton = lambda self, name, source, device_str="cuda": _Kernel(name)
+    def zeroed(size, stride, dtype):
+        with torch.profiler.record_function(ALLOC):
+            return torch.empty_strided(size, stride, dtype=dtype).zero_()
+
+    torch._C._dynamo.guards._empty_strided_cpu = zeroed
+    for name in GEMMS:
+        gemm = getattr(extern_kernels, name)
+
+        def counted(*args, _gemm=gemm, _name=name, **kwargs):
+            if counting:
+                counts["gemm " + _name] += 1
+            return _gemm(*args, **kwargs)
+
+        setattr(extern_kernels, name, counted)
+    # cat: the CUDA rule (inductor always makes copy kernels for a CPU's cat).
+    cat = lowering.cat
+    while hasattr(cat, "__wrapped__"):
+        cat = cat.__wrapped__
+    source = textwrap.dedent(inspect.getsource(cat))
+    source = source[source.index("def cat("):]
+    cpu_rule = 'cpu_device = inputs[0].get_device().type == "cpu"'
+    if cpu_rule not in source:
+        raise RuntimeError("inductor's cat lowering changed: update emulate_cuda()")
+    namespace: dict = {}
+    exec(  # noqa: S102 (inductor's own source, one line changed)
+        compile(source.replace(cpu_rule, "cpu_device = False"), lowering.__file__, "exec"), lowering.__dict__, namespace)
+    cat.__code__ = namespace["cat"].__code__
+    compiling.CPU_INDUCTOR_OPTIONS = {"cpu_backend": "triton", "allow_buffer_reuse": False,
+                                      **getattr(compiling, "CUDA_INDUCTOR_OPTIONS", {}), **(options or {})}
+    compiling.NARROW_PRODUCTS = False
+    import rlx.members.ops as member_ops
+
+    if not per_gradient_norms:  # CUDA's choice in the clip
+        member_ops.PER_GRADIENT_NORMS = ()
+
+    from rlx.core.stats import Stats
+
+    to_host = Stats.to_host
+
+    def all_finite(self, *args, **kwargs):  # the programs computed nothing: no host decision on it
+        host = to_host(self, *args, **kwargs)
+        for key in host:
+            if "finite" in key:
+                host[key] = 1.0
+            elif "overflow" in key:
+                host[key] = 0.0
+        return host
+
+    Stats.to_host = all_finite
+    try:
+        from rlx.algorithms.epochs import Epochs
+    except ImportError:  # before the step's updates were scanned
+        return
+    if hasattr(Epochs, "scan_updates"):
+        Epochs.scan_updates = lambda self: (None, "a CUDA device (emulated)")
+
+
+def program_ops(prof) -> tuple[collections.Counter, collections.Counter]:
+    """The aten ops that launch kernels: those a program calls itself (fallbacks; GEMMs
+    are counted apart) and those outside every program (eager)."""
+    fallback: collections.Counter[str] = collections.Counter()
+    eager: collections.Counter[str] = collections.Counter()
+    for evt in prof.events():
+        if not evt.name.startswith("aten::") or evt.name in NO_KERNEL:
+            continue
+        parent = evt.cpu_parent
+        while parent is not None and not parent.name.startswith(("aten::", REGION, PROGRAM, ALLOC)):
+            parent = parent.cpu_parent
+        if parent is not None and parent.name == ALLOC:
+            continue
+        if parent is None:
+            eager[evt.name] += 1
+        elif parent.name.startswith(PROGRAM) and evt.name.removeprefix("aten::") not in GEMMS:
+            fallback[evt.name] += 1
+    return fallback, eager
+
+
+def count_iteration(num_envs: int, warmup: int = 2) -> dict:
+    """Launches of one collect() and one step() of vs_jax's PPO at ``num_envs`` (module doc)."""
+    global counting
+    from dispatch_counts import vs_jax_config
+    from torch.profiler import ProfilerActivity, profile
+
+    from rlx.envs import CartPole
+
+    config = vs_jax_config(num_envs, compile=True)
+    config = dataclasses.replace(config, micro_batch_size=0)  # CUDA: no cut
+    empty, empty_like = torch.empty, torch.empty_like
+    torch.empty = lambda *a, **k: empty(*a, **k).zero_()  # the buffer: indices in range
+    torch.empty_like = lambda *a, **k: empty_like(*a, **k).zero_()
+    try:
+        algo = config.build(CartPole)
+    finally:
+        torch.empty, torch.empty_like = empty, empty_like
+    algo.policy.max_rows_per_pass = None  # CUDA: value passes uncut
+    for _ in range(warmup):
+        algo.collect()
+        algo.step()
+    phases = {}
+    for phase in ("collect", "step"):
+        counts.clear()
+        counting = True
+        with profile(activities=[ProfilerActivity.CPU]) as prof:
+            getattr(algo, phase)()
+        counting = False
+        fallback, eager = program_ops(prof)
+        kernels = collections.Counter(counts)
+        kernels.update({"fallback " + k: v for k, v in fallback.items()})
+        kernels.update({"eager " + k: v for k, v in eager.items()})
+        by_kind = {kind: sum(v for k, v in kernels.items() if k.startswith(kind + " "))
+                   for kind in ("triton", "gemm", "fallback", "eager")}
+        phases[phase] = {"launches": sum(by_kind.values()), **by_kind, "kernels": kernels.most_common()}
+    return phases
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--top", type=int, default=12, help="the most-launched kernels to print per phase")
+    parser.add_argument("--out", default=None, help="append the counts as a JSON line")
+    parser.add_argument("--inductor", default="{}", help="inductor options to add, as JSON (a value of "
+                        "rlx's CUDA_INDUCTOR_OPTIONS replaced, e.g. '{\"max_pointwise_cat_inputs\": 8}')")
+    parser.add_argument("--per-gradient-norms", action="store_true",
+                        help="the clip's norms as compiled for a CPU (a reduction each), not _foreach_norm")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    options = json.loads(args.inductor)
+    emulate_cuda(options, args.per_gradient_norms)
+    phases = count_iteration(args.num_envs)
+    for phase, row in phases.items():
+        print(f"{phase}: {row['launches']} launches (triton {row['triton']}, gemm {row['gemm']}, "
+              f"fallback {row['fallback']}, eager {row['eager']})")
+        for name, n in row["kernels"][: args.top]:
+            print(f"  {n:>5}  {name[:110]}")
+    if args.out:
+        from common import run_fields
+
+        with open(args.out, "a") as f:
+            f.write(json.dumps({"bench": "cuda_launches", "num_envs": args.num_envs, "inductor": options,
+                                "per_gradient_norms": args.per_gradient_norms, **run_fields(), **phases}) + "\n")
+
+
+if __name__ == "__main__":
+    main()
