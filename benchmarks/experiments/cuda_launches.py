@@ -5,8 +5,10 @@
 
 With inductor's ``cpu_backend="triton"`` a CPU program is scheduled as a CUDA one is (the
 same fusion into the same Triton kernels). This script compiles rlx's programs that way
-for vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches,
-``compile=True``) and runs one ``collect()`` + ``step()`` after warm-up, counting:
+for vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches;
+``compile=True``, or ``--mode eager``: the ops ``cudagraphs`` alone captures; ``--members
+S``: S members of ``--num-envs`` each) and runs one ``collect()`` + ``step()`` after
+warm-up, counting:
 
 * **triton**: each generated kernel's launch. Triton's compile is stubbed (there is no
   driver here): a kernel's ``run`` counts instead of running, so the programs compute
@@ -41,6 +43,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 #: aten ops that launch no kernel on CUDA (views, allocations, host reads).
 NO_KERNEL = {"aten::" + name for name in (
@@ -49,6 +52,14 @@ NO_KERNEL = {"aten::" + name for name in (
     "_reshape_alias", "permute", "unbind", "split", "narrow", "item", "_local_scalar_dense", "set_",
     "_unsafe_view", "as_strided_", "lift_fresh_copy")}
 GEMMS = ("mm", "addmm", "bmm", "baddbmm")
+#: Ops counted once outside the programs, whatever a CPU runs for them: multi-tensor ops
+#: (one multi-tensor kernel on CUDA, a loop of per-tensor ops on a CPU) and ``randperm``.
+WHOLE = ("aten::_foreach_", "aten::randperm")
+#: Backend ops of an eager phase that launch nothing on CUDA (metadata, host scalars).
+#: ``scalar_tensor``: a Python number made a tensor for an op (``torch.where(c, x, 0)``),
+#: on the host.
+HOST_ONLY = {"aten::" + name for name in ("sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "is_nonzero",
+                                          "resize_", "equal", "is_same_size", "scalar_tensor")}
 REGION, PROGRAM = "Torch-Compiled Region", "## Call CompiledFxGraph"
 ALLOC = "cuda_launches: a zeroed buffer"  # the emulation's own ops, not counted
 
@@ -140,33 +151,76 @@ def emulate_cuda(options: dict | None = None, per_gradient_norms: bool = False) 
 
 def program_ops(prof) -> tuple[collections.Counter, collections.Counter]:
     """The aten ops that launch kernels: those a program calls itself (fallbacks; GEMMs
-    are counted apart) and those outside every program (eager)."""
+    are counted apart) and those outside every program (eager). Outside the programs an
+    op counts where it launches: a composite op (``aten::linear``) by the ops it calls,
+    those in :data:`WHOLE` once."""
     fallback: collections.Counter[str] = collections.Counter()
     eager: collections.Counter[str] = collections.Counter()
     for evt in prof.events():
         if not evt.name.startswith("aten::") or evt.name in NO_KERNEL:
             continue
-        parent = evt.cpu_parent
-        while parent is not None and not parent.name.startswith(("aten::", REGION, PROGRAM, ALLOC)):
+        ancestors, parent = [], evt.cpu_parent
+        while parent is not None:
+            ancestors.append(parent.name)
             parent = parent.cpu_parent
-        if parent is not None and parent.name == ALLOC:
+        if ALLOC in ancestors:
             continue
-        if parent is None:
+        program = next((i for i, name in enumerate(ancestors) if name.startswith(PROGRAM)), None)
+        if program is not None:  # inside a program: the ops it calls itself
+            if not any(name.startswith("aten::") for name in ancestors[:program]) \
+                    and evt.name.removeprefix("aten::") not in GEMMS:
+                fallback[evt.name] += 1
+            continue
+        if any(name.startswith(WHOLE) for name in ancestors):
+            continue  # inside an op counted once
+        if evt.name.startswith(WHOLE) or not any(c.name.startswith("aten::") for c in evt.cpu_children):
             eager[evt.name] += 1
-        elif parent.name.startswith(PROGRAM) and evt.name.removeprefix("aten::") not in GEMMS:
-            fallback[evt.name] += 1
     return fallback, eager
 
 
-def count_iteration(num_envs: int, warmup: int = 2) -> dict:
-    """Launches of one collect() and one step() of vs_jax's PPO at ``num_envs`` (module doc)."""
+class _EagerOps(TorchDispatchMode):
+    """The aten ops an eager phase dispatches to a device backend, as CUDA would run them:
+    composite ops (``linear``) as the ops they decompose into, each backend op once
+    (``addmm``; a multi-tensor ``_foreach_*`` by :func:`_foreach_launches`), views and ops
+    that only make or read metadata not counted."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.counts: collections.Counter[str] = collections.Counter()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = "aten::" + func.overloadpacket.__name__
+        if name.startswith("aten::_foreach_"):
+            launches = _foreach_launches(args)
+            self.counts[name if launches == 1 else name + " (a kernel per tensor)"] += launches
+        elif not func.is_view and name not in NO_KERNEL and name not in HOST_ONLY:
+            self.counts[name] += 1
+        return func(*args, **(kwargs or {}))
+
+
+def _foreach_launches(args) -> int:
+    """A multi-tensor op's launches on CUDA: one multi-tensor kernel where its tensor
+    lists pair tensors of one shape, stride and dtype (torch's fast path), else a kernel
+    per tensor (its slow path: a list of broadcast views, say)."""
+    lists = [a for a in args if isinstance(a, (list, tuple)) and a and isinstance(a[0], torch.Tensor)]
+    first = lists[0]
+    fast = all(len(other) == len(first) and all(
+        x.shape == y.shape and x.stride() == y.stride() and x.dtype == y.dtype for x, y in zip(first, other))
+        for other in lists[1:])
+    return 1 if fast else len(first)
+
+
+def count_iteration(num_envs: int, warmup: int = 2, compile: bool = True, members: int = 1) -> dict:
+    """Launches of one collect() and one step() of vs_jax's PPO at ``num_envs`` (each
+    member's, with ``members`` > 1), compiled or eager (what ``cudagraphs`` alone captures)."""
     global counting
-    from dispatch_counts import vs_jax_config
+    from ppo_settings import PPOSettings
     from torch.profiler import ProfilerActivity, profile
 
     from rlx.envs import CartPole
 
-    config = vs_jax_config(num_envs, compile=True)
+    config = PPOSettings(num_envs=num_envs, horizon=32, minibatches=4).rlx_config("cpu", compile=compile,
+                                                                                  num_seeds=members)
     config = dataclasses.replace(config, micro_batch_size=0)  # CUDA: no cut
     empty, empty_like = torch.empty, torch.empty_like
     torch.empty = lambda *a, **k: empty(*a, **k).zero_()  # the buffer: indices in range
@@ -183,10 +237,16 @@ def count_iteration(num_envs: int, warmup: int = 2) -> dict:
     for phase in ("collect", "step"):
         counts.clear()
         counting = True
-        with profile(activities=[ProfilerActivity.CPU]) as prof:
-            getattr(algo, phase)()
+        if compile:
+            with profile(activities=[ProfilerActivity.CPU]) as prof:
+                getattr(algo, phase)()
+            fallback, eager = program_ops(prof)
+        else:
+            fallback = collections.Counter()
+            with _EagerOps() as ops:
+                getattr(algo, phase)()
+            eager = ops.counts
         counting = False
-        fallback, eager = program_ops(prof)
         kernels = collections.Counter(counts)
         kernels.update({"fallback " + k: v for k, v in fallback.items()})
         kernels.update({"eager " + k: v for k, v in eager.items()})
@@ -198,7 +258,10 @@ def count_iteration(num_envs: int, warmup: int = 2) -> dict:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--num-envs", type=int, default=4096)
+    parser.add_argument("--num-envs", type=int, default=4096, help="each member's, with --members")
+    parser.add_argument("--members", type=int, default=1)
+    parser.add_argument("--mode", choices=["compile", "eager"], default="compile",
+                        help="eager: the ops that cudagraphs alone captures")
     parser.add_argument("--top", type=int, default=12, help="the most-launched kernels to print per phase")
     parser.add_argument("--out", default=None, help="append the counts as a JSON line")
     parser.add_argument("--inductor", default="{}", help="inductor options to add, as JSON (a value of "
@@ -209,7 +272,7 @@ def main() -> None:
     torch.set_num_threads(1)
     options = json.loads(args.inductor)
     emulate_cuda(options, args.per_gradient_norms)
-    phases = count_iteration(args.num_envs)
+    phases = count_iteration(args.num_envs, compile=args.mode == "compile", members=args.members)
     for phase, row in phases.items():
         print(f"{phase}: {row['launches']} launches (triton {row['triton']}, gemm {row['gemm']}, "
               f"fallback {row['fallback']}, eager {row['eager']})")
@@ -219,7 +282,8 @@ def main() -> None:
         from common import run_fields
 
         with open(args.out, "a") as f:
-            f.write(json.dumps({"bench": "cuda_launches", "num_envs": args.num_envs, "inductor": options,
+            f.write(json.dumps({"bench": "cuda_launches", "num_envs": args.num_envs, "members": args.members,
+                                "mode": args.mode, "inductor": options,
                                 "per_gradient_norms": args.per_gradient_norms, **run_fields(), **phases}) + "\n")
 
 

@@ -26,6 +26,18 @@ __all__ = ["Stats", "ReduceOp"]
 ReduceOp = Literal["mean", "sum", "min", "max", "std"]
 
 
+def _stacked(values: dict[str, Tensor]) -> tuple[list[str], Tensor]:
+    """The entries as one float64 vector and its names: a stack per dtype, each cast
+    once, so that a few ops make it whatever the number of entries (S members' statistics:
+    hundreds; an op per entry is a kernel per entry on CUDA, eagerly or in a graph)."""
+    by_dtype: dict[torch.dtype, list[str]] = {}
+    for name, v in values.items():
+        by_dtype.setdefault(v.dtype, []).append(name)
+    names = [n for group in by_dtype.values() for n in group]
+    parts = [torch.stack([values[n] for n in group]).double() for group in by_dtype.values()]
+    return names, parts[0] if len(parts) == 1 else torch.cat(parts)
+
+
 class Stats:
     """Named 0-d statistics on one device, fetched to the host in one transfer.
 
@@ -49,7 +61,7 @@ class Stats:
         statistics, the stacking is part of that program rather than a few eager ops
         after it; entries added later are stacked by :meth:`to_host`."""
         if self._values:
-            self._packed = (list(self._values), torch.stack([v.double() for v in self._values.values()]))
+            self._packed = _stacked(self._values)
 
     def copy(self) -> Stats:
         """A new :class:`Stats` with the same entries (the same tensors): what a caller
@@ -101,7 +113,8 @@ class Stats:
         return values
 
     def to_host(self) -> dict[str, float]:
-        """Reduce across ranks and move every entry to the host: ONE transfer."""
+        """Reduce across ranks and move every entry to the host: ONE transfer. The
+        entries come back in the order they were first added."""
         if not self._values:
             return {}
         if rdist.world_size() > 1:
@@ -114,13 +127,13 @@ class Stats:
                 names, packed = list(self._packed[0]), self._packed[1]
                 parts.append(packed)
             done = set(names)
-            by_dtype: dict[torch.dtype, list[str]] = {}
-            for name, v in self._values.items():
-                if name not in done:
-                    by_dtype.setdefault(v.dtype, []).append(name)
-            names += [n for group in by_dtype.values() for n in group]
-            parts += [torch.stack([self._values[n] for n in group]).double() for group in by_dtype.values()]
+            rest = {name: v for name, v in self._values.items() if name not in done}
+            if rest:
+                rest_names, rest_flat = _stacked(rest)
+                names += rest_names
+                parts.append(rest_flat)
             flat = parts[0] if len(parts) == 1 else torch.cat(parts)
         with allowed_sync():
             numbers = flat.tolist()  # SYNC: the one transfer
-        return dict(zip(names, numbers))
+        by_name = dict(zip(names, numbers))
+        return {name: by_name[name] for name in self._values}  # in the order added

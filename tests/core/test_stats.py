@@ -39,3 +39,22 @@ def test_a_copy_takes_new_entries_without_changing_the_original() -> None:
     copy.add("a", torch.tensor(2.0))  # replaced in the copy only
     assert stats.to_host() == {"a": 1.0, "m": 2.0, "s": 1.0}
     assert copy.to_host() == {"m": 2.0, "s": 1.0, "a": 2.0, "env/extra": 5.0}
+
+
+def test_packed_entries_of_every_dtype_come_back_as_added() -> None:
+    """pack() stacks the entries a dtype at a time (a few ops for hundreds of members'
+    statistics); what comes back is each entry's value, exactly, in the order added."""
+    entries = {"f32": torch.tensor(0.1), "flag": torch.tensor(True), "f64": torch.tensor(1 / 3, dtype=torch.float64),
+               "f32b": torch.tensor(2.5), "half": torch.tensor(0.2, dtype=torch.float16),
+               "off": torch.tensor(False)}
+    expected = {name: float(v.double()) for name, v in entries.items()}
+    for pack in (False, True):
+        stats = Stats()
+        for name, v in entries.items():
+            stats.add(name, v, "min" if v.dtype == torch.bool else "mean")
+        if pack:
+            stats.pack()
+            stats.add("later", torch.tensor(7.0), "sum")
+        host = stats.to_host()
+        assert list(host) == list(entries) + (["later"] if pack else [])
+        assert {k: host[k] for k in entries} == expected
