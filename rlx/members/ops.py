@@ -74,13 +74,12 @@ def normalize_per_seed(advantages: Tensor, num_seeds: int, eps: float = 1e-8, *,
 
 def grad_norms_per_seed(grads: Sequence[Tensor], num_seeds: int) -> Tensor:
     """``[S]``: each seed's gradient norm over slice ``i`` of every stacked gradient (at
-    least float32), as the norm of the gradients' per-seed norms: a reduction per
-    gradient and one over them (eagerly, or in a CUDA graph, a kernel each)."""
+    least float32)."""
     for g in grads:
         if g.shape[0] != num_seeds:
             raise ValueError(f"grad_norms_per_seed: a gradient of shape {tuple(g.shape)} has no leading seed dim {num_seeds}")
     wide = [g.flatten(1) if g.dtype in (torch.float32, torch.float64) else g.flatten(1).float() for g in grads]
-    return torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g, dim=1) for g in wide]), dim=0)
+    return torch.stack([g.square().sum(dim=1) for g in wide]).sum(dim=0).sqrt()
 
 
 #: Device types whose compiled programs take each gradient's norm as a reduction of its
