@@ -70,7 +70,7 @@ CPU_INDUCTOR_OPTIONS: dict[str, Any] = {"cpp_wrapper": True}
 #: consumer's kernel (inductor's default: 8) rather than copied a kernel per input: the
 #: clip's 12 gradient norms (:func:`rlx.members.ops.clip_grad_norm_`) stacked into their
 #: total (counted with ``benchmarks/experiments/cuda_launches.py``: with the clip's
-#: ``_foreach_norm``, 894 launches a step against 1,058 at vs_jax.py's B = 4096).
+#: ``_foreach_norm``, 894 launches a step against 1,054 at vs_jax.py's B = 4096).
 CUDA_INDUCTOR_OPTIONS: dict[str, Any] = {"loop_ordering_after_fusion": False, "max_pointwise_cat_inputs": 16}
 #: Whether CPU programs compute products with a narrow result transposed, where MKL is
 #: several times faster (:class:`~rlx.core.narrow_products.NarrowProducts`, inductor's
