@@ -1,32 +1,41 @@
 """How many kernels an iteration launches on CUDA, counted on a CPU with no GPU.
 
     pip install triton      # PyPI's wheel: generating Triton kernels needs no GPU
-    python benchmarks/experiments/cuda_launches.py [--num-envs 4096] [--top 12] [--out FILE]
+    python benchmarks/experiments/cuda_launches.py [--num-envs 4096] [--members S]
+        [--mode compile|eager] [--per-gradient-norms] [--inductor JSON] [--top 12] [--out FILE]
 
-With inductor's ``cpu_backend="triton"`` a CPU program is scheduled as a CUDA one is (the
-same fusion into the same Triton kernels). This script compiles rlx's programs that way
-for vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches;
-``compile=True``, or ``--mode eager``: the ops ``cudagraphs`` alone captures; ``--members
-S``: S members of ``--num-envs`` each) and runs one ``collect()`` + ``step()`` after
-warm-up, counting:
+vs_jax.py's CartPole PPO (T = 32, 64x64 tanh, 4 epochs x 4 minibatches; ``--members S``:
+S members of ``--num-envs`` each), one ``collect()`` + ``step()`` after warm-up.
 
-* **triton**: each generated kernel's launch. Triton's compile is stubbed (there is no
-  driver here): a kernel's ``run`` counts instead of running, so the programs compute
-  nothing; inductor's buffers come zeroed (and are not reused), and the host's reads of
-  the statistics are told that all is finite, so the iteration runs through.
+``--mode compile`` (``compile=True``): with inductor's ``cpu_backend="triton"`` a CPU
+program is scheduled as a CUDA one is (the same fusion into the same Triton kernels).
+Triton's compile is stubbed (there is no driver here): a kernel's ``run`` counts instead
+of running, so the programs compute nothing; inductor's buffers come zeroed (and are not
+reused), and the host's reads of the statistics are told that all is finite, so the
+iteration runs through. Counted:
+
+* **triton**: each generated kernel's launch;
 * **gemm**: each extern GEMM (cuBLAS on CUDA; it runs here on the CPU). cuBLAS adds a
-  split-K reduce kernel to some shapes, which is not counted.
+  split-K reduce or a bias copy to many shapes, which is not counted;
 * **fallback**: each aten op a program calls (no inductor lowering: ``_foreach_norm``,
-  ``randperm``, ...), counted once (a multi-tensor op may launch two kernels on CUDA).
-* **eager**: each aten op outside the programs that is not a view or an allocation.
+  ``uniform``, ...), once;
+* **eager**: each aten op outside the programs that launches (not a view or an
+  allocation; a composite op by the ops it calls; :data:`WHOLE` once).
 
 What the CPU would do otherwise is set to what CUDA does: inductor's ``cat`` lowering
 (always copy kernels on a CPU; fused into its consumer where its rules allow on CUDA),
 rlx's CUDA options (:data:`rlx.core.compiling.CUDA_INDUCTOR_OPTIONS`, no C++ wrapper, no
-narrow-products pass, the clip's ``_foreach_norm``), no micro-batch cut, the minibatch updates as programs of their own
-(on CUDA the step's graph holds the epochs; no scan), value passes uncut. Counts, not
-times: they depend only on torch's version and rlx's code. Checked against an H100's
-profile in docs/benchmarks.md ("Kernel launches counted on a CPU").
+narrow-products pass, the clip's ``_foreach_norm``), no micro-batch cut, the minibatch
+updates as programs of their own (on CUDA the step's graph holds the epochs; no scan),
+value passes uncut.
+
+``--mode eager`` (what ``cudagraphs`` alone captures, CUDA's default; no Triton needed):
+every op that reaches a device backend (:class:`_EagerOps`), a multi-tensor op on torch's
+slow path as a kernel per tensor.
+
+Counts, not times: they depend only on torch's version and rlx's code. Checked against an
+H100's profile in docs/benchmarks.md ("Kernel launches counted on a CPU");
+``tests/benchmarks/test_cuda_launches.py`` holds the eager counts.
 """
 
 from __future__ import annotations
@@ -271,7 +280,8 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     options = json.loads(args.inductor)
-    emulate_cuda(options, args.per_gradient_norms)
+    if args.mode == "compile":
+        emulate_cuda(options, args.per_gradient_norms)
     phases = count_iteration(args.num_envs, compile=args.mode == "compile", members=args.members)
     for phase, row in phases.items():
         print(f"{phase}: {row['launches']} launches (triton {row['triton']}, gemm {row['gemm']}, "
