@@ -25,7 +25,8 @@ iteration runs through. Counted:
 What the CPU would do otherwise is set to what CUDA does: inductor's ``cat`` lowering
 (always copy kernels on a CPU; fused into its consumer where its rules allow on CUDA),
 rlx's CUDA options (:data:`rlx.core.compiling.CUDA_INDUCTOR_OPTIONS`, no C++ wrapper, no
-narrow-products pass, the clip's ``_foreach_norm``), no micro-batch cut, the minibatch
+narrow-products pass, the clip's ``_foreach_norm``; eagerly, Adam's dense coefficients:
+:data:`rlx.members.optim.DENSE_COEFFICIENTS`), no micro-batch cut, the minibatch
 updates as programs of their own (on CUDA the step's graph holds the epochs; no scan),
 value passes uncut.
 
@@ -222,15 +223,27 @@ def _foreach_launches(args) -> int:
 def count_iteration(num_envs: int, warmup: int = 2, compile: bool = True, members: int = 1) -> dict:
     """Launches of one collect() and one step() of vs_jax's PPO at ``num_envs`` (each
     member's, with ``members`` > 1), compiled or eager (what ``cudagraphs`` alone captures)."""
-    global counting
     from ppo_settings import PPOSettings
-    from torch.profiler import ProfilerActivity, profile
-
-    from rlx.envs import CartPole
 
     config = PPOSettings(num_envs=num_envs, horizon=32, minibatches=4).rlx_config("cpu", compile=compile,
                                                                                   num_seeds=members)
     config = dataclasses.replace(config, micro_batch_size=0)  # CUDA: no cut
+    from rlx.members import optim
+
+    dense = optim.DENSE_COEFFICIENTS
+    optim.DENSE_COEFFICIENTS = ("cpu",)  # CUDA's eager Adam (a compiled one ignores it)
+    try:
+        return _count(config, warmup, compile)
+    finally:
+        optim.DENSE_COEFFICIENTS = dense
+
+
+def _count(config, warmup: int, compile: bool) -> dict:
+    global counting
+    from torch.profiler import ProfilerActivity, profile
+
+    from rlx.envs import CartPole
+
     empty, empty_like = torch.empty, torch.empty_like
     torch.empty = lambda *a, **k: empty(*a, **k).zero_()  # the buffer: indices in range
     torch.empty_like = lambda *a, **k: empty_like(*a, **k).zero_()

@@ -50,6 +50,36 @@ def _seed_view(x: Tensor, like: Tensor) -> Tensor:
     return x.view(x.shape[0], *([1] * (like.dim() - 1)))
 
 
+#: Device types where :func:`seed_adam_`, run eagerly, gives torch's multi-tensor ops its
+#: per-tensor (and per-member) coefficients as tensors shaped like the parameters
+#: (:func:`_dense_coefficients`): CUDA's multi-tensor kernels take lists of equally shaped
+#: tensors in one launch and run a list of broadcast coefficients a kernel per tensor (24
+#: launches of a single run's minibatch update at vs_jax.py's setting, 48 of S members';
+#: ``benchmarks/experiments/cuda_launches.py --mode eager``). A CPU runs every multi-tensor
+#: op a tensor at a time, and a compiled program fuses either form; the values are the
+#: same, element for element.
+DENSE_COEFFICIENTS = ("cuda",)
+
+#: :func:`_dense_coefficients`' gather index by (device, S, the tensors' shapes).
+_dense_index: dict[tuple, Tensor] = {}
+
+
+def _dense_coefficients(values: Tensor, like: Sequence[Tensor]) -> list[Tensor]:
+    """``values[k]`` (``[P]``: one per tensor; ``[P, S]``: one per member, along each
+    stacked tensor's leading dim) as contiguous tensors shaped like ``like[k]``: views of
+    one buffer that one gather fills (its index made on the device at a layout's first
+    call, outside any capture: the eager warm-ups before one)."""
+    S = values.shape[1] if values.dim() == 2 else 1
+    key = (values.device, S, tuple(t.shape for t in like))
+    index = _dense_index.get(key)
+    if index is None:
+        index = _dense_index[key] = torch.cat([
+            torch.arange(k * S, (k + 1) * S, device=values.device).repeat_interleave(t.numel() // S)
+            for k, t in enumerate(like)])
+    flat = values.reshape(-1)[index]
+    return [chunk.view(t.shape) for chunk, t in zip(flat.split([t.numel() for t in like]), like)]
+
+
 class SeedAdam(torch.optim.Optimizer):
     """Adam (``decoupled=False``) or AdamW (``decoupled=True``) over stacked parameters
     whose leading dim is the seed: S independent Adams, each with its own step count.
@@ -171,9 +201,18 @@ def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], e
         seed_lr = torch.where(counted, seed_lr, 0.0)  # a seed never stepped does not move
         step_size = seed_lr / torch.where(counted, 1 - decay1, 1.0)
     dtype = params[0].dtype
-    # Each parameter's row as a view, all in one op (an index per parameter would be 2P
-    # ops, most of an eager step's dispatch: 24 of its 47 ops for a 64x64 MLP's 12 tensors).
-    step_size, bc2_sqrt = step_size.to(dtype).unbind(0), bc2_sqrt.to(dtype).unbind(0)
+    dense = not torch.compiler.is_compiling() and params[0].device.type in DENSE_COEFFICIENTS
+
+    def per_tensor(values: Tensor) -> list[Tensor]:
+        """``values`` (``[P, ...]``) against each parameter: dense where
+        :data:`DENSE_COEFFICIENTS` says, else each row as a broadcast view (one op for all:
+        an index per parameter would be 2P ops, 24 of an eager step's 47 for 12 tensors)."""
+        if dense:
+            return _dense_coefficients(values, params)
+        return [_seed_view(v, p) for v, p in zip(values.unbind(0), params)]
+
+    P = len(params)
+    step_size, bc2_sqrt = per_tensor(step_size.to(dtype)), per_tensor(bc2_sqrt.to(dtype))
     if update is None:
         read = list(grads)
         if weight_decay and decoupled:
@@ -197,18 +236,18 @@ def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], e
             elif weight_decay:
                 grad = torch.where(rows, grad.add(p, alpha=weight_decay), 0)
             read.append(grad)
-        torch._foreach_lerp_(exp_avgs, read, [_seed_view(weight1, p) for p in params])
-        torch._foreach_mul_(exp_avg_sqs, [_seed_view(decay2, p) for p in params])
+        torch._foreach_lerp_(exp_avgs, read, per_tensor(weight1.expand(P, *weight1.shape)))
+        torch._foreach_mul_(exp_avg_sqs, per_tensor(decay2.expand(P, *decay2.shape)))
     torch._foreach_addcmul_(exp_avg_sqs, read, read, value=1 - beta2)
     second = exp_avg_sqs
     if max_exp_avg_sqs is not None:
         second = max_exp_avg_sqs
         torch._foreach_maximum_(second, exp_avg_sqs)
     denom = torch._foreach_sqrt(second)
-    torch._foreach_div_(denom, [_seed_view(b, p) for b, p in zip(bc2_sqrt, params)])
+    torch._foreach_div_(denom, bc2_sqrt)
     torch._foreach_add_(denom, eps)
     steps_taken = torch._foreach_div(exp_avgs, denom)
-    torch._foreach_mul_(steps_taken, [_seed_view(z, p) for z, p in zip(step_size, params)])
+    torch._foreach_mul_(steps_taken, step_size)
     torch._foreach_sub_(params, steps_taken)
 
 

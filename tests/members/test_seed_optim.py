@@ -197,3 +197,44 @@ def test_bias_correction_power_matches_pow_within_its_rounding(beta: float) -> N
         arg = abs(ti * math.log(beta)) if beta > 0 else 0.0
         assert abs(gi - want) <= (2 * arg + 2) * 2.0**-52 * want, (beta, ti, gi, want)
     assert _power(beta, t.float()).dtype == torch.float32
+
+
+@pytest.mark.parametrize("case", ["one_run", "one_run_gated", "members", "members_amsgrad_adamw"])
+def test_dense_coefficients_step_exactly_as_broadcast_ones(case: str, monkeypatch) -> None:
+    """``DENSE_COEFFICIENTS`` (CUDA's eager form: each per-tensor or per-member coefficient
+    made a tensor shaped like its parameter, so that CUDA's multi-tensor kernels take a
+    list in one launch) moves parameters and state bit for bit as the broadcast form a CPU
+    and a compiled program use: the same products, element for element."""
+    from rlx.members import optim
+
+    S = 1 if case.startswith("one_run") else 3
+    shapes = [(64, 4), (64,), (64, 64), (2,)]
+    g = torch.Generator().manual_seed(1)
+
+    def state():
+        lead = () if S == 1 else (S,)
+        params = [torch.randn(*lead, *shape, generator=g) for shape in shapes]
+        grads = [torch.randn(*lead, *shape, generator=g) for shape in shapes]
+        steps = [torch.full(lead, float(k + 1)) for k in range(len(shapes))]  # unequal counts
+        m = [torch.randn(*lead, *shape, generator=g) * 0.1 for shape in shapes]
+        v = [torch.rand(*lead, *shape, generator=g) * 0.01 for shape in shapes]
+        vmax = [x * 2 for x in v] if "amsgrad" in case else None
+        return params, grads, steps, m, v, vmax
+
+    kwargs = {"lr": 3e-3, "betas": (0.9, 0.999), "eps": 1e-8, "weight_decay": 0.01 if "adamw" in case else 0.0,
+              "decoupled": "adamw" in case}
+    if case == "one_run_gated":
+        kwargs |= {"update": torch.tensor(True), "factor": torch.tensor(0.5)}
+    elif S > 1:
+        kwargs |= {"update": torch.tensor([True, False, True]), "factor": torch.tensor([1.0, 0.3, 0.0])}
+    first = state()
+    second = [None if x is None else [t.clone() for t in x] for x in first]
+    runs = []
+    for devices, tensors in ((("cuda",), first), (("cpu",), second)):
+        monkeypatch.setattr(optim, "DENSE_COEFFICIENTS", devices)
+        for _ in range(3):
+            optim.seed_adam_(*tensors, **kwargs)
+        runs.append(tensors)
+    for a, b in zip(*runs):
+        for x, y in zip(a or [], b or []):
+            assert torch.equal(x, y)
