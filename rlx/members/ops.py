@@ -26,6 +26,7 @@ from torch import Tensor
 
 from rlx.core import distributed as rdist
 from rlx.core.layout import by_member, from_by_member, member_lead, member_rows  # noqa: F401 (re-exported)
+from rlx.members import optim
 from rlx.members.stacked import seed_rows
 
 __all__ = [
@@ -118,8 +119,13 @@ def clip_grad_norm_per_seed_(params: Sequence[Tensor], max_norm: float, num_seed
         return torch.zeros(num_seeds, device=params[0].device if params else None)
     norms = grad_norms_per_seed(grads, num_seeds)
     coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
-    for g in grads:
-        g.mul_(coef.view(num_seeds, *([1] * (g.dim() - 1))).to(g.dtype))
+    dtype = grads[0].dtype
+    if (not torch.compiler.is_compiling() and grads[0].device.type in optim.DENSE_COEFFICIENTS
+            and all(g.dtype == dtype for g in grads)):  # one multi-tensor kernel on CUDA
+        torch._foreach_mul_(grads, optim.dense_coefficients(coef.to(dtype).expand(len(grads), num_seeds), grads))
+    else:
+        for g in grads:
+            g.mul_(coef.view(num_seeds, *([1] * (g.dim() - 1))).to(g.dtype))
     return norms
 
 

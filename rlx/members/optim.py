@@ -35,8 +35,8 @@ import torch
 import torch.optim.optimizer as _optim_base
 from torch import Tensor
 
-__all__ = ["SeedAdam", "adam_state", "adam_step_", "load_optimizer_state", "masked_step_", "scale_steps_per_seed_",
-           "seed_adam_", "seed_optimizer", "steps_functionally"]
+__all__ = ["DENSE_COEFFICIENTS", "SeedAdam", "adam_state", "adam_step_", "dense_coefficients", "load_optimizer_state",
+           "masked_step_", "scale_steps_per_seed_", "seed_adam_", "seed_optimizer", "steps_functionally"]
 
 #: Optimizer flags that choose a kernel, not the update (SeedAdam has one kernel).
 KERNEL_FLAGS = ("fused", "foreach", "capturable", "differentiable")
@@ -50,21 +50,22 @@ def _seed_view(x: Tensor, like: Tensor) -> Tensor:
     return x.view(x.shape[0], *([1] * (like.dim() - 1)))
 
 
-#: Device types where :func:`seed_adam_`, run eagerly, gives torch's multi-tensor ops its
-#: per-tensor (and per-member) coefficients as tensors shaped like the parameters
-#: (:func:`_dense_coefficients`): CUDA's multi-tensor kernels take lists of equally shaped
-#: tensors in one launch and run a list of broadcast coefficients a kernel per tensor (24
-#: launches of a single run's minibatch update at vs_jax.py's setting, 48 of S members';
-#: ``benchmarks/experiments/cuda_launches.py --mode eager``). A CPU runs every multi-tensor
+#: Device types where :func:`seed_adam_` and :func:`rlx.members.ops.clip_grad_norm_per_seed_`,
+#: run eagerly, give torch's multi-tensor ops their per-tensor (and per-member)
+#: coefficients as tensors shaped like the parameters (:func:`dense_coefficients`): CUDA's
+#: multi-tensor kernels take lists of equally shaped tensors in one launch and run a list
+#: of broadcast coefficients a kernel per tensor (24 launches of a single run's minibatch
+#: update at vs_jax.py's setting, 58 of S members'; ``benchmarks/experiments/cuda_launches.py
+#: --mode eager``). A CPU runs every multi-tensor
 #: op a tensor at a time, and a compiled program fuses either form; the values are the
 #: same, element for element.
 DENSE_COEFFICIENTS = ("cuda",)
 
-#: :func:`_dense_coefficients`' gather index by (device, S, the tensors' shapes).
+#: :func:`dense_coefficients`' gather index by (device, S, the tensors' shapes).
 _dense_index: dict[tuple, Tensor] = {}
 
 
-def _dense_coefficients(values: Tensor, like: Sequence[Tensor]) -> list[Tensor]:
+def dense_coefficients(values: Tensor, like: Sequence[Tensor]) -> list[Tensor]:
     """``values[k]`` (``[P]``: one per tensor; ``[P, S]``: one per member, along each
     stacked tensor's leading dim) as contiguous tensors shaped like ``like[k]``: views of
     one buffer that one gather fills (its index made on the device at a layout's first
@@ -208,7 +209,7 @@ def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], e
         :data:`DENSE_COEFFICIENTS` says, else each row as a broadcast view (one op for all:
         an index per parameter would be 2P ops, 24 of an eager step's 47 for 12 tensors)."""
         if dense:
-            return _dense_coefficients(values, params)
+            return dense_coefficients(values, params)
         return [_seed_view(v, p) for v, p in zip(values.unbind(0), params)]
 
     P = len(params)

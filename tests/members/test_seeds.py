@@ -177,6 +177,28 @@ def test_clip_grad_norm_clips_as_the_formula_eagerly_and_compiled_both_ways(mode
         torch.testing.assert_close(got.double(), want, rtol=rtol, atol=0.0)
 
 
+def test_the_per_seed_clip_with_dense_coefficients_is_the_broadcast_one_bit_for_bit(monkeypatch) -> None:
+    """``DENSE_COEFFICIENTS`` (CUDA's eager form: each seed's clip coefficient as a tensor
+    shaped like each gradient, one multi-tensor multiply) scales every gradient exactly as
+    the broadcast ``mul_`` per gradient a CPU and a compiled program use."""
+    from rlx.members import optim
+
+    S, shapes = 3, [(64, 4), (64,), (64, 64), (2,)]
+    g = torch.Generator().manual_seed(2)
+    grads = [torch.randn(S, *shape, generator=g) * (i + 1) for i, shape in enumerate(shapes)]
+    clipped, norms = [], []
+    for devices in ((), ("cpu",)):
+        monkeypatch.setattr(optim, "DENSE_COEFFICIENTS", devices)
+        params = [torch.nn.Parameter(torch.zeros_like(x)) for x in grads]
+        for p, x in zip(params, grads):
+            p.grad = x.clone()
+        norms.append(clip_grad_norm_per_seed_(params, 5.0, S))
+        clipped.append([p.grad for p in params])
+    assert (norms[0] > 5.0).all() and torch.equal(norms[0], norms[1])  # the clip acted on every seed
+    for a, b in zip(*clipped):
+        assert torch.equal(a, b)
+
+
 def test_per_seed_learning_rates_and_gates_scale_each_seeds_adam_step() -> None:
     S, n = 3, 6
     lrs = [1e-2, 0.0, 3e-3]  # seed 1 gated (a KL early stop), seed 2 at its own LR
