@@ -120,8 +120,7 @@ def clip_grad_norm_per_seed_(params: Sequence[Tensor], max_norm: float, num_seed
     norms = grad_norms_per_seed(grads, num_seeds)
     coef = (max_norm / (norms + 1e-6)).clamp(max=1.0)
     dtype = grads[0].dtype
-    if (not torch.compiler.is_compiling() and grads[0].device.type in optim.DENSE_COEFFICIENTS
-            and all(g.dtype == dtype for g in grads)):  # one multi-tensor kernel on CUDA
+    if optim.takes_dense(grads[0]) and all(g.dtype == dtype for g in grads):  # one multi-tensor kernel on CUDA
         torch._foreach_mul_(grads, optim.dense_coefficients(coef.to(dtype).expand(len(grads), num_seeds), grads))
     else:
         for g in grads:

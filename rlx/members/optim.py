@@ -36,7 +36,8 @@ import torch.optim.optimizer as _optim_base
 from torch import Tensor
 
 __all__ = ["DENSE_COEFFICIENTS", "SeedAdam", "adam_state", "adam_step_", "dense_coefficients", "load_optimizer_state",
-           "masked_step_", "scale_steps_per_seed_", "seed_adam_", "seed_optimizer", "steps_functionally"]
+           "masked_step_", "scale_steps_per_seed_", "seed_adam_", "seed_optimizer", "steps_functionally",
+           "takes_dense"]
 
 #: Optimizer flags that choose a kernel, not the update (SeedAdam has one kernel).
 KERNEL_FLAGS = ("fused", "foreach", "capturable", "differentiable")
@@ -60,6 +61,13 @@ def _seed_view(x: Tensor, like: Tensor) -> Tensor:
 #: op a tensor at a time, and a compiled program fuses either form; the values are the
 #: same, element for element.
 DENSE_COEFFICIENTS = ("cuda",)
+
+def takes_dense(like: Tensor) -> bool:
+    """Whether an eager step on ``like``'s device gives its multi-tensor ops
+    :func:`dense_coefficients` (:data:`DENSE_COEFFICIENTS`; never inside a compiled program,
+    which fuses the broadcast form)."""
+    return not torch.compiler.is_compiling() and like.device.type in DENSE_COEFFICIENTS
+
 
 #: :func:`dense_coefficients`' gather index by (device, S, the tensors' shapes).
 _dense_index: dict[tuple, Tensor] = {}
@@ -202,7 +210,7 @@ def seed_adam_(params: list[Tensor], grads: list[Tensor], steps: list[Tensor], e
         seed_lr = torch.where(counted, seed_lr, 0.0)  # a seed never stepped does not move
         step_size = seed_lr / torch.where(counted, 1 - decay1, 1.0)
     dtype = params[0].dtype
-    dense = not torch.compiler.is_compiling() and params[0].device.type in DENSE_COEFFICIENTS
+    dense = takes_dense(params[0])
 
     def per_tensor(values: Tensor) -> list[Tensor]:
         """``values`` (``[P, ...]``) against each parameter: dense where
