@@ -146,7 +146,10 @@ class Categorical(Distribution):
 
     def log_prob(self, actions: Tensor) -> Tensor:
         idx = actions.reshape(actions.shape[0], -1, 1).long()  # [N, k, 1]
-        return self.log_probs.gather(-1, idx).sum(dim=(1, 2)).unsqueeze(-1)
+        picked = self.log_probs.gather(-1, idx)
+        if picked.shape[1] == 1:  # one head: its log-probability (a sum of one, a kernel less)
+            return picked.view(-1, 1)
+        return picked.sum(dim=(1, 2)).unsqueeze(-1)
 
     def _plogp(self, logq: Tensor) -> Tensor:
         p = self.log_probs.exp()

@@ -84,12 +84,12 @@ class EpisodicEnv(Env):
             rewards: ``[B]`` rewards of this step.
             terminated: ``[B]`` bool, the new state is terminal.
         """
-        steps = self.steps + 1
+        steps = self.steps.add_(1)  # in place, as the state below: a graph reads the live buffers
         truncated = (steps >= self.max_episode_steps) & ~terminated
         done = terminated | truncated
         final_obs = self._obs(new_state)
-        self.state.copy_(torch.where(done.unsqueeze(-1), self._initial_states(), new_state))
-        self.steps.copy_(torch.where(done, 0, steps))
+        torch.where(done.unsqueeze(-1), self._initial_states(), new_state, out=self.state)
+        steps.masked_fill_(done, 0)
         return TensorDict(
             {
                 "obs": self._obs(self.state),

@@ -99,15 +99,10 @@ class CartPole(EpisodicEnv):
         )
         x_acc = common - pole_moment * theta_acc * cos_theta / total_mass
         # Explicit Euler: positions advance with the OLD velocities, as gymnasium's default.
-        return torch.stack(
-            [
-                x + self.tau * x_dot,
-                x_dot + self.tau * x_acc,
-                theta + self.tau * theta_dot,
-                theta_dot + self.tau * theta_acc,
-            ],
-            dim=-1,
-        )
+        # Each element is ``s + tau * ds`` as four column-wise products and sums would give
+        # it, in three kernels rather than nine (an eager step's launches, on CUDA).
+        rates = torch.stack([x_dot, x_acc, theta_dot, theta_acc], dim=-1)
+        return state + self.tau * rates
 
     def step(self, actions: torch.Tensor) -> TensorDict:
         """Push every cart, end the episodes that fail or time out, and reset those.
@@ -124,6 +119,8 @@ class CartPole(EpisodicEnv):
         push_right = actions.reshape(self.num_envs) == 1
         final_obs = self._next_states(self.state, push_right)
         x, theta = final_obs[:, 0], final_obs[:, 2]
+        # (Compared as one [B, 2] block the two tests launch two kernels fewer eagerly, but
+        # cost the compiled T loop 24 launches more a collect at B = 4096.)
         terminated = (x.abs() > self._x_limit) | (theta.abs() > self._theta_limit)
         # gymnasium's TimeLimit would flag both on a failing 500th step; the protocol
         # wants termination alone there (``_end_step``), since nothing should bootstrap
