@@ -66,6 +66,17 @@ class EpisodicEnv(Env):
     def _initial_states(self) -> torch.Tensor:
         """Fresh states for every sub-env, ``[B, S]``."""
 
+    def _uniform(self, low: float, high: float, *shape: int) -> torch.Tensor:
+        """``[B, *shape]`` float32 draws from ``U(low, high)`` for fresh states: eagerly
+        ``uniform_`` (torch's generator, as ever); in a compiled program (``compile``'s
+        T loop, whose random numbers come from inductor's generator anyway) as ``low +
+        (high - low) * rand``, which inductor fuses into the step's kernel where it runs
+        ``uniform_`` as a kernel of its own (a launch a step on CUDA)."""
+        size = (self.num_envs, *shape)
+        if torch.compiler.is_compiling():
+            return torch.full(size, low, device=self.device).add_(torch.rand(size, device=self.device), alpha=high - low)
+        return torch.empty(size, device=self.device).uniform_(low, high)
+
     def _obs(self, state: torch.Tensor) -> torch.Tensor:
         """Observations of ``[B, S]`` states (default: the state itself, as float32)."""
         return state.float().clone()

@@ -75,7 +75,7 @@ class Acrobot(EpisodicEnv):
 
     def _initial_states(self) -> torch.Tensor:
         """Draw a fresh state for every sub-env, ``[B, 4]`` float64."""
-        draw = torch.empty(self.num_envs, 4, device=self.device).uniform_(-self.reset_bound, self.reset_bound)
+        draw = self._uniform(-self.reset_bound, self.reset_bound, 4)
         return draw.double()
 
     def _obs(self, state: torch.Tensor) -> torch.Tensor:

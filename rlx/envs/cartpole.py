@@ -74,7 +74,7 @@ class CartPole(EpisodicEnv):
 
     def _initial_states(self) -> torch.Tensor:
         """Draw a fresh state for every sub-env, ``[B, 4]``."""
-        return torch.empty(self.num_envs, 4, device=self.device).uniform_(-self.reset_bound, self.reset_bound)
+        return self._uniform(-self.reset_bound, self.reset_bound, 4)
 
     def _next_states(self, state: torch.Tensor, push_right: torch.Tensor) -> torch.Tensor:
         """One Euler step of the frictionless cart-pole equations of motion (Florian, 2007).

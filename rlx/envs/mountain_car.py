@@ -67,7 +67,7 @@ class MountainCarContinuous(EpisodicEnv):
 
     def _initial_states(self) -> torch.Tensor:
         """Draw a fresh state for every sub-env, ``[B, 2]``."""
-        position = torch.empty(self.num_envs, device=self.device).uniform_(-0.6, -0.4)
+        position = self._uniform(-0.6, -0.4)
         return torch.stack([position, torch.zeros_like(position)], dim=-1)
 
     def step(self, actions: torch.Tensor) -> TensorDict:

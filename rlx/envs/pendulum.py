@@ -64,7 +64,7 @@ class Pendulum(EpisodicEnv):
 
     def _initial_states(self) -> torch.Tensor:
         """Draw a fresh state for every sub-env, ``[B, 2]``."""
-        return torch.empty(self.num_envs, 2, device=self.device).uniform_(-1.0, 1.0) * self._reset_high
+        return self._uniform(-1.0, 1.0, 2) * self._reset_high
 
     def _obs(self, state: torch.Tensor) -> torch.Tensor:
         """Observe ``[B, 2]`` states as ``[B, 3]`` (cos theta, sin theta, theta_dot)."""
