@@ -80,7 +80,11 @@ def grad_norms_per_seed(grads: Sequence[Tensor], num_seeds: int) -> Tensor:
         if g.shape[0] != num_seeds:
             raise ValueError(f"grad_norms_per_seed: a gradient of shape {tuple(g.shape)} has no leading seed dim {num_seeds}")
     wide = [g.flatten(1) if g.dtype in (torch.float32, torch.float64) else g.flatten(1).float() for g in grads]
-    return torch.stack([g.square().sum(dim=1) for g in wide]).sum(dim=0).sqrt()
+    # Eagerly the squares as one multi-tensor product (x * x, as square computes them: the
+    # same bits), one kernel on CUDA where a square each ran; a compiled program fuses each
+    # square into its sum.
+    squares = [g.square() for g in wide] if torch.compiler.is_compiling() else torch._foreach_mul(wide, wide)
+    return torch.stack([sq.sum(dim=1) for sq in squares]).sum(dim=0).sqrt()
 
 
 #: Device types whose compiled programs take each gradient's norm as a reduction of its

@@ -199,6 +199,27 @@ def test_the_per_seed_clip_with_dense_coefficients_is_the_broadcast_one_bit_for_
         assert torch.equal(a, b)
 
 
+def test_each_seeds_gradient_norm_takes_its_squares_at_once_eagerly_with_the_same_bits() -> None:
+    """``grad_norms_per_seed`` squares the gradients eagerly as one multi-tensor product
+    (one kernel on CUDA) and compiled as a square each, fused into its sum. Eagerly it is
+    the square-each form bit for bit (x * x either way, summed alike); both ways within
+    float32's bound of the float64 norm: n squares of seed i summed in any order, two
+    levels over k gradients, (n + k) u / 2 + 2u relative."""
+    from rlx.members.ops import grad_norms_per_seed
+
+    S, shapes = 3, [(64, 4), (64,), (64, 64), (2,)]
+    g = torch.Generator().manual_seed(4)
+    grads = [torch.randn(S, *shape, generator=g) * 10.0**i for i, shape in enumerate(shapes)]
+    eager = grad_norms_per_seed(grads, S)
+    assert torch.equal(eager, torch.stack([x.flatten(1).square().sum(1) for x in grads]).sum(0).sqrt())
+    torch._dynamo.reset()
+    compiled = torch.compile(grad_norms_per_seed, fullgraph=True, dynamic=False)(grads, S)
+    exact = torch.stack([x.double().flatten(1).square().sum(1) for x in grads]).sum(0).sqrt()
+    n, k, u = sum(x[0].numel() for x in grads), len(grads), 2.0**-24
+    for got in (eager, compiled):
+        torch.testing.assert_close(got.double(), exact, rtol=(n + k) * u / 2 + 2 * u, atol=0.0)
+
+
 def test_per_seed_learning_rates_and_gates_scale_each_seeds_adam_step() -> None:
     S, n = 3, 6
     lrs = [1e-2, 0.0, 3e-3]  # seed 1 gated (a KL early stop), seed 2 at its own LR
