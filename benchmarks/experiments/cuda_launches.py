@@ -25,7 +25,8 @@ iteration runs through. Counted:
 What the CPU would do otherwise is set to what CUDA does: inductor's ``cat`` lowering
 (always copy kernels on a CPU; fused into its consumer where its rules allow on CUDA),
 rlx's CUDA options (:data:`rlx.core.compiling.CUDA_INDUCTOR_OPTIONS`, no C++ wrapper, no
-narrow-products pass, the clip's ``_foreach_norm``; eagerly, Adam's dense coefficients:
+narrow-products pass, the clip's ``_foreach_norm``, the envs' fused draws
+(:data:`rlx.envs._episodic.FUSED_DRAWS`); eagerly, Adam's dense coefficients:
 :data:`rlx.members.optim.DENSE_COEFFICIENTS`), no micro-batch cut, the minibatch
 updates as programs of their own (on CUDA the step's graph holds the epochs; no scan),
 value passes uncut.
@@ -136,6 +137,9 @@ def emulate_cuda(options: dict | None = None, per_gradient_norms: bool = False) 
 
     if not per_gradient_norms:  # CUDA's choice in the clip
         member_ops.PER_GRADIENT_NORMS = ()
+    import rlx.envs._episodic as episodic
+
+    episodic.FUSED_DRAWS = ("cpu",)  # CUDA's fresh states, drawn in the env step's kernel
 
     from rlx.core.stats import Stats
 

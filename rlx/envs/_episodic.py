@@ -11,7 +11,16 @@ from torchrl.data import TensorSpec, Unbounded
 
 from rlx.env import Env, load_state_tensors
 
-__all__ = ["EpisodicEnv"]
+__all__ = ["FUSED_DRAWS", "EpisodicEnv"]
+
+#: Device types whose compiled programs draw fresh states as ``low + (high - low) * rand``
+#: (:meth:`EpisodicEnv._uniform`), which inductor fuses into the env step's kernel where
+#: it runs ``uniform_`` as a kernel of its own: on CUDA a launch an env step (a compiled
+#: collect at vs_jax.py's B = 4096: 444 launches against 476, counted with
+#: ``benchmarks/experiments/cuda_launches.py``). Not a CPU's: inductor's C++ draws each
+#: number alone, and a compiled collect of CartPole at B = 1024 ran 1.2x slower with them
+#: (2026-11-29, interleaved in one process).
+FUSED_DRAWS = ("cuda",)
 
 
 class EpisodicEnv(Env):
@@ -67,13 +76,12 @@ class EpisodicEnv(Env):
         """Fresh states for every sub-env, ``[B, S]``."""
 
     def _uniform(self, low: float, high: float, *shape: int) -> torch.Tensor:
-        """``[B, *shape]`` float32 draws from ``U(low, high)`` for fresh states: eagerly
-        ``uniform_`` (torch's generator, as ever); in a compiled program (``compile``'s
-        T loop, whose random numbers come from inductor's generator anyway) as ``low +
-        (high - low) * rand``, which inductor fuses into the step's kernel where it runs
-        ``uniform_`` as a kernel of its own (a launch a step on CUDA)."""
+        """``[B, *shape]`` float32 draws from ``U(low, high)`` for fresh states: ``uniform_``
+        (torch's generator), or in a compiled program on a device of :data:`FUSED_DRAWS`
+        (``compile``'s T loop on CUDA, whose actions come from inductor's generator
+        anyway) ``low + (high - low) * rand``, fused into the step's kernel."""
         size = (self.num_envs, *shape)
-        if torch.compiler.is_compiling():
+        if torch.compiler.is_compiling() and self.device.type in FUSED_DRAWS:
             return torch.full(size, low, device=self.device).add_(torch.rand(size, device=self.device), alpha=high - low)
         return torch.empty(size, device=self.device).uniform_(low, high)
 

@@ -76,3 +76,29 @@ def test_steps_run_without_syncs_and_replay_as_a_cuda_graph(env_cls, envtest) ->
         for key in ("final_obs", "rewards", "terminated", "truncated"):
             assert torch.equal(static_out[key], expected[key]), key
         assert torch.equal(env.state_dict()["steps"], eager.state_dict()["steps"])
+
+
+@pytest.mark.parametrize("fused", [False, True], ids=["uniform_", "fused"])
+def test_fresh_states_compiled_are_uniform_draws_either_way(fused: bool, monkeypatch) -> None:
+    """``EpisodicEnv._uniform`` compiled: ``uniform_`` (a CPU's program) or ``low + (high -
+    low) * rand`` fused into the program (:data:`rlx.envs._episodic.FUSED_DRAWS`, CUDA's,
+    tested here on the CPU). Either way ``[B, *shape]`` float32 draws inside ``[low,
+    high]`` (a non-negative addend to ``low`` rounds to at least ``low``), whose mean over
+    n draws lies within 5 standard errors, ``(high - low) / sqrt(12 n)``, of the middle,
+    and each call draws anew."""
+    import math
+
+    import rlx.envs._episodic as episodic
+
+    monkeypatch.setattr(episodic, "FUSED_DRAWS", ("cpu",) if fused else ())
+    env = CartPole(4096)
+    low, high = -0.5, 0.25  # float32 exactly
+    torch._dynamo.reset()
+    draw = torch.compile(lambda: env._uniform(low, high, 3), fullgraph=True, dynamic=False)
+    torch.manual_seed(0)
+    x = draw()
+    assert x.shape == (4096, 3) and x.dtype == torch.float32
+    assert ((x >= low) & (x <= high)).all()
+    standard_error = (high - low) / math.sqrt(12 * x.numel())
+    assert abs(float(x.double().mean()) - (low + high) / 2) < 5 * standard_error
+    assert not torch.equal(x, draw())
