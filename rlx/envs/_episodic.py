@@ -82,7 +82,8 @@ class EpisodicEnv(Env):
         anyway) ``low + (high - low) * rand``, fused into the step's kernel."""
         size = (self.num_envs, *shape)
         if torch.compiler.is_compiling() and self.device.type in FUSED_DRAWS:
-            return torch.full(size, low, device=self.device).add_(torch.rand(size, device=self.device), alpha=high - low)
+            draws = torch.rand(size, device=self.device)
+            return torch.full(size, low, device=self.device).add_(draws, alpha=high - low)
         return torch.empty(size, device=self.device).uniform_(low, high)
 
     def _obs(self, state: torch.Tensor) -> torch.Tensor:

@@ -18,10 +18,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks" / "exp
 def test_an_uncompiled_iteration_launches_no_more_than_counted_and_members_as_many_as_one_run() -> None:
     """vs_jax's CartPole PPO at 64 envs (a member): one run's collect and step launch at
     most what docs/benchmarks.md counts (2,138 and 2,594 on 2026-11-29, with CartPole's
-    fewer kernels; 2,426 and 2,611 before them, with Adam's dense coefficients; 2,931 before those; 2,422 and 2,647 at 5a1a1e1, before the KL
-    estimator's series), and a step of S members launches as
-    many kernels for S = 2 as for S = 8: nothing a step runs is an op per member (the
-    statistics' stacking was: 517 launches more at S = 64)."""
+    fewer kernels; 2,426 and 2,611 before them, with Adam's dense coefficients; 2,931
+    before those; 2,422 and 2,647 at 5a1a1e1, before the KL estimator's series), and a
+    step of S members launches as many kernels for S = 2 as for S = 8: nothing a step runs
+    is an op per member (the statistics' stacking was: 517 launches more at S = 64)."""
     from cuda_launches import count_iteration
 
     threads = torch.get_num_threads()
